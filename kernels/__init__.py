@@ -1,0 +1,23 @@
+"""NKI kernels of the Qwen3.5 gated delta-net decode step, stage by stage.
+
+Importing this package makes `import nki` work: on a machine with the Neuron SDK it is the SDK's
+`nki`; elsewhere it is `nkicpu`, this project's CPU model of the NKI subset the kernels use,
+registered under the names `nki`, `nki.language` and `nki.isa`. Set NKICPU=1 to use `nkicpu`
+even where the SDK is installed (to compare the two on a trn instance).
+"""
+import os
+
+
+def _install_nki():
+    if os.environ.get("NKICPU", "0") != "1":
+        try:
+            import nki  # noqa: F401  the Neuron SDK (PyPI's placeholder `nki` raises ImportError)
+            return "neuron-sdk"
+        except ImportError:
+            pass
+    import nkicpu
+    nkicpu.install_as_nki()
+    return "nkicpu"
+
+
+NKI_BACKEND = _install_nki()

@@ -1,0 +1,576 @@
+"""`nki.isa` on the CPU: each instruction checks the documented rules, computes as the engine
+does (fp32 math, rounding to `dst.dtype`), writes into `dst` and records itself for the cost model.
+
+Signatures, argument order and defaults follow the Neuron SDK 2.32 API stubs
+(nki/api/nki/isa/__init__.py). An argument value that is not modeled raises NotImplementedError.
+"""
+from enum import Enum
+
+import numpy as np
+
+from .errors import NkiValidationError, not_modeled, rule_error
+from .memory import DTYPES, PMAX, PSUM_BANK_BYTES, is_float, is_hbm, is_psum, is_sbuf
+from .ops import Op
+from .record import access_of
+from .run import current_run
+from .tensor import NkiTensor
+
+__all__ = ["NkiValidationError"]  # the rest is the documented API below
+
+F32 = np.float32
+
+
+class engine(Enum):
+    tensor = 1
+    vector = 5
+    scalar = 2
+    gpsimd = 3
+    dma = 4
+    sync = 6
+    unknown = 0
+
+
+class reduce_cmd(Enum):
+    idle = 0
+    reset = 1
+    reduce = 2
+    reset_reduce = 3
+    load_reduce = 4
+
+
+class dge_mode(Enum):
+    unknown = 0
+    swdge = 1
+    hwdge = 2
+    none = 3
+
+
+class oob_mode(Enum):
+    error = 0
+    skip = 1
+
+
+class matmul_perf_mode(Enum):
+    none = "none"
+    double_row = "double_row"
+
+
+class nc_version(Enum):
+    gen2 = 2
+    gen3 = 3
+    gen4 = 4
+
+
+class dma_engine(Enum):
+    dma = 1
+    gpsimd_dma = 2
+
+
+_CMD = reduce_cmd  # the enum, under a name the `reduce_cmd=` parameters do not shadow
+
+
+def get_nc_version():
+    """nkicpu models a trn2 NeuronCore (NeuronCore-v3)."""
+    return nc_version.gen3
+
+
+class NkiInstruction:
+    """Opaque handle to a recorded instruction; `depends_on` adds explicit scheduling edges."""
+
+    def __init__(self, record):
+        self._record = record
+
+    def depends_on(self, *producers):
+        self._record.depends_on.extend(p._record.index for p in producers)
+        return self
+
+
+# -- shared checks and numerics ---------------------------------------------------------------
+
+def _tensor(x, where, arg):
+    if not isinstance(x, NkiTensor):
+        raise TypeError(f"{where}: {arg} must be an NkiTensor, got {type(x).__name__}")
+    return x
+
+
+def _on_chip(t, where, arg):
+    _tensor(t, where, arg)
+    if is_hbm(t.buffer):
+        raise rule_error("on-chip-operand", where, f"{arg} must be in SBUF or PSUM, got {t.buffer.name} ({t!r})")
+    if t.partitions > PMAX:
+        raise rule_error("partition-dim", where, f"{arg} spans {t.partitions} partitions; at most {PMAX}")
+    if not t.partition_stride_ok():
+        raise rule_error("partition-contiguous", where, f"{arg} must address consecutive partitions (no partition step)")
+    return t
+
+
+def _dst(t, where):
+    if any(s == 0 and n > 1 for s, n in zip(t.strides, t.shape)):
+        raise rule_error("dst-broadcast", where, f"dst {t!r} has a stride-0 (broadcast) dim; it must address distinct elements")
+    return t
+
+
+def _same_layout(a, b, where, an, bn):
+    if a.partitions != b.partitions or a.free_size != b.free_size:
+        raise rule_error("operand-shape", where,
+                         f"{an} and {bn} must have the same partitions and elements per partition, got "
+                         f"{a.partitions}x{a.free_size} ({list(a.shape)}) and {b.partitions}x{b.free_size} ({list(b.shape)})")
+
+
+def _no_gpsimd_psum(eng, tensors, where):
+    if eng == "gpsimd" and any(is_psum(t.buffer) for t in tensors if isinstance(t, NkiTensor)):
+        raise rule_error("gpsimd-psum", where, "GpSimd cannot access PSUM")
+
+
+def _pf(t):
+    """fp32 values of an on-chip view as [partitions, elements per partition]."""
+    return np.asarray(t.numpy(), dtype=F32).reshape(t.partitions, -1)
+
+
+def _cast(values, dtype):
+    if is_float(dtype):
+        return values.astype(dtype)
+    info = np.iinfo(dtype)  # fp32 -> int: round to nearest even, saturate (as the hardware)
+    return np.clip(np.rint(np.nan_to_num(values)), info.min, info.max).astype(dtype)
+
+
+def _write(dst, values, cast=True):
+    out = dst.numpy()
+    values = np.asarray(values).reshape(dst.shape)
+    out[...] = _cast(values, dst.dtype) if cast else values
+    if is_psum(dst.buffer):
+        dst._alloc.matmul_written[dst.flat_indices().ravel()] = False
+
+
+def _scalar_operand(x, data, where, arg):
+    """A Python scalar, or an fp32 [P, 1] tile broadcast along the free dim."""
+    if isinstance(x, NkiTensor):
+        _on_chip(x, where, arg)
+        if x.partitions != data.partitions or x.free_size != 1:
+            raise rule_error("scalar-operand", where,
+                             f"{arg} must be a scalar or a [{data.partitions}, 1] tile, got {list(x.shape)}")
+        if x.dtype != DTYPES["float32"]:
+            raise rule_error("scalar-operand", where, f"{arg} tile must be float32, got {x.dtype.name}")
+        return _pf(x)
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{where}: {arg} must be a number or an NkiTensor, got {type(x).__name__}")
+    return F32(x)
+
+
+def _engine_name(e, where):
+    if not isinstance(e, engine):
+        raise TypeError(f"{where}: engine must be a nisa.engine member, got {e!r}")
+    return e.name
+
+
+def _op(op, where, arg, act=False):
+    if not isinstance(op, Op):
+        raise TypeError(f"{where}: {arg} must be an nl operator such as nl.add, got {op!r}")
+    if op.name == "divide":
+        raise rule_error("no-divide", where, "there is no divide ALU op on the hardware; multiply by nisa.reciprocal")
+    if act and not op.act:
+        raise rule_error("activation-function", where, f"{arg}={op!r} is not a ScalarE activation function")
+    if not act and not op.alu:
+        raise rule_error("alu-op", where, f"{arg}={op!r} is not an ALU operator")
+    return op
+
+
+def _apply(op, x, operand, reverse):
+    if op.unary:
+        return op.fn(x)
+    return op.fn(operand, x) if reverse else op.fn(x, operand)
+
+
+def _record(opcode, eng, reads, writes, **args):
+    ins = current_run(f"nisa.{opcode}").record(eng, opcode, [access_of(t) for t in reads],
+                                               [access_of(t) for t in writes], **args)
+    return NkiInstruction(ins)
+
+
+# -- data movement ----------------------------------------------------------------------------
+
+def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode.unknown, engine=engine.unknown, name=None):
+    where = "nisa.dma_copy"
+    _tensor(dst, where, "dst")
+    _tensor(src, where, "src")
+    if is_psum(src.buffer):
+        raise rule_error("dma-psum", where, "DMA never reads PSUM; evict to SBUF with nisa.tensor_copy first")
+    if is_psum(dst.buffer):
+        raise rule_error("dma-psum", where, "dma_copy moves data between SBUF and HBM; dst is in PSUM")
+    if oob_mode.name != "error":
+        raise not_modeled("dma_copy oob_mode other than error")
+    if dge_mode.name == "hwdge" and dst.dtype != src.dtype:
+        raise rule_error("hwdge-dtype", where, f"dge_mode=hwdge needs equal dtypes, got {src.dtype.name} -> {dst.dtype.name}")
+    if engine.name != "unknown" and dge_mode.name != "hwdge":
+        raise rule_error("dma-engine", where, "engine= selects the trigger engine of a hwdge DMA only")
+    if dst.size != src.size:
+        raise rule_error("dma-size", where, f"dst has {dst.size} elements ({list(dst.shape)}), src {src.size} ({list(src.shape)})")
+    _dst(dst, where)
+    values = src.numpy().reshape(-1)
+    if dst.dtype == src.dtype:
+        _write(dst, values, cast=False)
+    else:
+        _write(dst, np.asarray(values, dtype=F32))
+    return _record("dma_copy", "dma", [src], [dst], dge_mode=dge_mode.name, trigger=engine.name,
+                   priority=priority, name=name)
+
+
+def tensor_copy(dst, src, engine=engine.unknown, name=None):
+    where = "nisa.tensor_copy"
+    _on_chip(dst, where, "dst")
+    _on_chip(src, where, "src")
+    _same_layout(dst, src, where, "dst", "src")
+    eng = _engine_name(engine, where)
+    eng = "vector" if eng == "unknown" else eng
+    if eng not in ("vector", "scalar", "gpsimd"):
+        raise rule_error("engine", where, f"tensor_copy runs on vector, scalar or gpsimd, got {eng}")
+    _no_gpsimd_psum(eng, [dst, src], where)
+    _dst(dst, where)
+    if dst.dtype == src.dtype:  # bit-accurate copy
+        _write(dst, src.numpy().reshape(src.partitions, -1), cast=False)
+    else:
+        _write(dst, _pf(src))
+    return _record("tensor_copy", eng, [src], [dst], name=name)
+
+
+def memset(dst, value, engine=engine.unknown, name=None):
+    where = "nisa.memset"
+    _on_chip(dst, where, "dst")
+    _dst(dst, where)
+    if is_float(dst.dtype):
+        ok = isinstance(value, (float, np.floating))
+    else:
+        ok = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+    if not ok:
+        kind = "a float" if is_float(dst.dtype) else "an int"
+        raise rule_error("memset-value", where, f"value must be {kind} for a {dst.dtype.name} dst, got {value!r}")
+    eng = _engine_name(engine, where)
+    eng = "vector" if eng == "unknown" else eng
+    if eng not in ("vector", "gpsimd"):
+        raise rule_error("engine", where, f"memset runs on vector or gpsimd, got {eng}")
+    _no_gpsimd_psum(eng, [dst], where)
+    _write(dst, np.full(dst.shape, value, dtype=np.float64 if is_float(dst.dtype) else np.int64))
+    return _record("memset", eng, [], [dst], name=name)
+
+
+def iota(dst, pattern, offset=0, channel_multiplier=0, name=None):
+    where = "nisa.iota"
+    _on_chip(dst, where, "dst")
+    if not is_sbuf(dst.buffer):
+        raise rule_error("gpsimd-psum", where, "iota runs on GpSimd and writes SBUF only")
+    pattern = [list(p) for p in pattern]
+    if not 1 <= len(pattern) <= 4:
+        raise ValueError(f"{where}: pattern must have 1 to 4 [step, num] pairs, got {pattern}")
+    counts = [n for _, n in pattern]
+    if int(np.prod(counts)) != dst.free_size:
+        raise rule_error("iota-size", where, f"pattern counts {counts} make {int(np.prod(counts))} elements per "
+                                             f"partition; dst has {dst.free_size}")
+    values = np.zeros(counts, dtype=np.int64) + offset
+    for d, (step, n) in enumerate(pattern):
+        shape = [1] * len(counts)
+        shape[d] = n
+        values = values + (np.arange(n) * step).reshape(shape)
+    values = values.reshape(1, -1) + (np.arange(dst.partitions) * channel_multiplier)[:, None]
+    _dst(dst, where)
+    _write(dst, values.astype(np.int32).astype(F32) if is_float(dst.dtype) else values.astype(np.int32), cast=True)
+    return _record("iota", "gpsimd", [], [dst], name=name)
+
+
+# -- TensorE ----------------------------------------------------------------------------------
+
+MATMUL_DTYPES = {"float8_e4m3", "float8_e5m2", "bfloat16", "float16", "float32"}
+
+
+def _check_tiling(tile_position, tile_size, K, M, where):
+    if bool(tile_position) != bool(tile_size):
+        raise rule_error("matmul-tiling", where, "tile_position and tile_size must be set together")
+    if not tile_size:
+        return
+    (row, col), (r0, c0) = tile_size, tile_position
+    if row not in (32, 64, 128) or col not in (32, 64, 128):
+        raise rule_error("matmul-tiling", where, f"tile_size entries must be 32, 64 or 128, got {tile_size}")
+    if r0 % row or c0 % col or r0 + row > 128 or c0 + col > 128:
+        raise rule_error("matmul-tiling", where, f"tile_position {tile_position} must be a multiple of tile_size "
+                                                 f"{tile_size} inside the 128x128 array")
+    if K > row or M > col:
+        raise rule_error("matmul-tiling", where, f"the stationary tile [{K}, {M}] must fit tile_size {tile_size}")
+
+
+def _psum_bank_span(t):
+    """First and last byte (per partition) a PSUM view touches, from the start of its allocation's first bank."""
+    a = t._alloc
+    item = a.dtype.itemsize
+    first = t.offset % a.row_elems
+    last = first + sum((n - 1) * s for n, s in zip(t.shape[1:], t.strides[1:]))
+    return first * item, last * item + item - 1
+
+
+def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_onezero=False, is_transpose=False,
+              accumulate=None, tile_position=(), tile_size=(), perf_mode=matmul_perf_mode.none, name=None):
+    where = "nisa.nc_matmul"
+    for t, arg in ((dst, "dst"), (stationary, "stationary"), (moving, "moving")):
+        _on_chip(t, where, arg)
+    if is_transpose:
+        raise not_modeled("nc_matmul(is_transpose=True); use nisa.nc_transpose")
+    if perf_mode != matmul_perf_mode.none:
+        raise not_modeled(f"nc_matmul perf_mode={perf_mode}")
+    if not (is_sbuf(stationary.buffer) and is_sbuf(moving.buffer)):
+        raise rule_error("matmul-inputs-sbuf", where, f"stationary and moving must be in SBUF, got "
+                                                      f"{stationary.buffer.name} and {moving.buffer.name}")
+    if not is_psum(dst.buffer):
+        raise rule_error("matmul-dst-psum", where, f"dst must be a PSUM tile, got {dst.buffer.name}")
+    if dst.dtype != DTYPES["float32"]:
+        raise rule_error("matmul-dst-fp32", where, f"dst must be float32 on trn2, got {dst.dtype.name}")
+    dts = {stationary.dtype.name, moving.dtype.name}
+    if not dts <= MATMUL_DTYPES or ("float32" in dts and dts != {"float32"}):
+        raise rule_error("matmul-dtypes", where, f"inputs {sorted(dts)}: allowed are fp8/bf16/fp16/fp32, "
+                                                 f"and fp32 only with fp32")
+    K, M, N = stationary.partitions, stationary.free_size, moving.free_size
+    if moving.partitions != K:
+        raise rule_error("matmul-contraction", where, f"stationary and moving must share the contraction (partition) "
+                                                      f"size, got {K} and {moving.partitions}")
+    if M > 128:
+        raise rule_error("matmul-stationary-free", where, f"stationary free size must be <= 128, got {M}")
+    if N > 512:
+        raise rule_error("matmul-moving-free", where, f"moving free size must be <= 512 (one PSUM bank), got {N}")
+    if dst.partitions != M or dst.free_size != N:
+        raise rule_error("matmul-dst-shape", where, f"dst must be [{M}, {N}] (stationary free x moving free), "
+                                                    f"got {list(dst.shape)}")
+    lo, hi = _psum_bank_span(dst)
+    if lo // PSUM_BANK_BYTES != hi // PSUM_BANK_BYTES:
+        raise rule_error("psum-bank", where, f"dst spans bytes {lo}..{hi} of a partition; a matmul output must "
+                                             f"stay within one 2 KiB PSUM bank")
+    _check_tiling(tuple(tile_position), tuple(tile_size), K, M, where)
+    _dst(dst, where)
+    product = _pf(stationary).T @ _pf(moving)             # fp32 accumulation
+    idx = dst.flat_indices().reshape(M, N)
+    written = dst._alloc.matmul_written[idx]
+    if accumulate is None:
+        acc = written
+    elif accumulate:
+        if not written.all():
+            raise rule_error("matmul-accumulate", where, "accumulate=True onto PSUM that no matmul has written "
+                                                         "(memset or uninitialised) is undefined on trn2")
+        acc = written
+    else:
+        acc = np.zeros_like(written)
+    old = np.asarray(dst.numpy(), dtype=F32).reshape(M, N)
+    dst.numpy()[...] = np.where(acc, old + product, product).reshape(dst.shape)
+    dst._alloc.matmul_written[idx] = True
+    return _record("nc_matmul", "tensor", [stationary, moving], [dst], K=K, M=M, N=N,
+                   accumulate=bool(acc.any()), tile_position=tuple(tile_position), tile_size=tuple(tile_size),
+                   moving_dtype=moving.dtype.name, name=name)
+
+
+def nc_transpose(dst, data, engine=engine.unknown, name=None):
+    where = "nisa.nc_transpose"
+    _on_chip(dst, where, "dst")
+    _on_chip(data, where, "data")
+    P, F = data.partitions, data.free_size
+    eng = _engine_name(engine, where)
+    if eng == "unknown":
+        eng = "vector" if P <= 32 and F <= 32 else "tensor"
+    if eng == "tensor":
+        if not (is_sbuf(data.buffer) and is_psum(dst.buffer)):
+            raise rule_error("transpose-buffers", where, "TensorE transpose reads SBUF and writes PSUM")
+        if F > 128:
+            raise rule_error("transpose-size", where, f"TensorE transposes at most [128, 128], got [{P}, {F}]")
+    elif eng == "vector":
+        if P > 32 or F > 32:
+            raise rule_error("transpose-size", where, f"VectorE transposes at most [32, 32], got [{P}, {F}]")
+    else:
+        raise rule_error("engine", where, f"nc_transpose runs on tensor or vector, got {eng}")
+    if dst.dtype != data.dtype:
+        raise rule_error("transpose-dtype", where, f"dst dtype must equal data dtype {data.dtype.name}, got {dst.dtype.name}")
+    if dst.partitions != F or dst.free_size != P:
+        raise rule_error("operand-shape", where, f"dst must be [{F}, {P}], got {list(dst.shape)}")
+    _dst(dst, where)
+    _write(dst, data.numpy().reshape(P, F).T, cast=False)
+    return _record("nc_transpose", eng, [data], [dst], name=name)
+
+
+# -- ScalarE ----------------------------------------------------------------------------------
+
+def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None, reduce_cmd=reduce_cmd.idle, name=None):
+    where = "nisa.activation"
+    _op(op, where, "op", act=True)
+    _on_chip(dst, where, "dst")
+    _on_chip(data, where, "data")
+    _same_layout(dst, data, where, "dst", "data")
+    x = _pf(data) * _scalar_operand(scale, data, where, "scale")
+    reads = [data] + [t for t in (scale, bias) if isinstance(t, NkiTensor)]
+    if bias is not None:
+        if isinstance(bias, NkiTensor):
+            _on_chip(bias, where, "bias")
+            if bias.partitions != data.partitions or bias.free_size != 1:
+                raise rule_error("activation-bias", where, f"bias must be a [{data.partitions}, 1] tile, got {list(bias.shape)}")
+            x = x + _pf(bias)
+        else:
+            x = x + _scalar_operand(bias, data, where, "bias")
+    y = np.asarray(op.fn(x), dtype=F32)
+    if reduce_cmd == _CMD.load_reduce:
+        raise not_modeled("activation reduce_cmd=load_reduce")
+    if reduce_op is not None and (not isinstance(reduce_op, Op) or reduce_op.name != "add"):
+        raise rule_error("activation-reduce-op", where, f"reduce_op must be nl.add, got {reduce_op!r}")
+    regs = current_run(where).scalar_reduce_regs
+    P = data.partitions
+    if reduce_cmd in (_CMD.reset, _CMD.reset_reduce):
+        regs[:P] = 0
+    if reduce_cmd in (_CMD.reduce, _CMD.reset_reduce):
+        if reduce_op is None:
+            raise rule_error("activation-reduce-op", where, f"reduce_cmd={reduce_cmd.name} needs reduce_op=nl.add")
+        regs[:P] += y.sum(axis=1, dtype=F32)
+    _dst(dst, where)
+    _write(dst, y)
+    writes = [dst]
+    if reduce_res is not None:
+        _on_chip(reduce_res, where, "reduce_res")
+        if reduce_res.partitions != P or reduce_res.free_size != 1:
+            raise rule_error("activation-reduce-res", where, f"reduce_res must be a [{P}, 1] tile, got {list(reduce_res.shape)}")
+        _write(reduce_res, regs[:P].copy())
+        writes.append(reduce_res)
+    return _record("activation", "scalar", reads, writes, op=op.name, reduce_cmd=reduce_cmd.name,
+                   reads_out_regs=reduce_res is not None, name=name)
+
+
+def activation_reduce(dst, op, data, reduce_op, reduce_res, bias=None, scale=1.0, name=None):
+    return activation(dst, op, data, bias=bias, scale=scale, reduce_op=reduce_op, reduce_res=reduce_res,
+                      reduce_cmd=_CMD.reset_reduce, name=name)
+
+
+# -- VectorE / GpSimd -------------------------------------------------------------------------
+
+def _is_int32(t):
+    return t.dtype in (DTYPES["int32"], DTYPES["uint32"])
+
+
+def tensor_tensor(dst, data1, data2, op, engine=engine.unknown, name=None):
+    where = "nisa.tensor_tensor"
+    _op(op, where, "op")
+    if op.unary:
+        raise rule_error("alu-op", where, f"op={op!r} is unary; tensor_tensor needs a binary operator")
+    for t, arg in ((dst, "dst"), (data1, "data1"), (data2, "data2")):
+        _on_chip(t, where, arg)
+    _same_layout(data1, data2, where, "data1", "data2")
+    _same_layout(dst, data1, where, "dst", "data1")
+    if is_psum(data1.buffer) and is_psum(data2.buffer):
+        raise rule_error("psum-operands", where, "data1 and data2 cannot both be in PSUM")
+    eng = _engine_name(engine, where)
+    any_psum = any(is_psum(t.buffer) for t in (dst, data1, data2))
+    if eng == "unknown":
+        all_int = all(_is_int32(t) for t in (dst, data1, data2))
+        eng = "gpsimd" if op.name == "power" or (all_int and not any_psum) else "vector"
+    if eng not in ("vector", "gpsimd"):
+        raise rule_error("engine", where, f"tensor_tensor runs on vector or gpsimd, got {eng}")
+    _no_gpsimd_psum(eng, [dst, data1, data2], where)
+    _dst(dst, where)
+    if op.bitvec:
+        a = data1.numpy().reshape(data1.partitions, -1)
+        b = data2.numpy().reshape(data2.partitions, -1)
+        _write(dst, op.fn(a, b).astype(dst.dtype), cast=False)
+    else:
+        _write(dst, op.fn(_pf(data1), _pf(data2)))
+    return _record("tensor_tensor", eng, [data1, data2], [dst], op=op.name, name=name)
+
+
+SCALAR_ENGINE_OPS = {("multiply", "add"), ("multiply", None), ("add", None)}
+
+
+def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=None, reverse1=False,
+                  engine=engine.unknown, name=None):
+    where = "nisa.tensor_scalar"
+    _op(op0, where, "op0")
+    _on_chip(dst, where, "dst")
+    _on_chip(data, where, "data")
+    _same_layout(dst, data, where, "dst", "data")
+    if op1 is None and operand1 is not None:
+        raise ValueError(f"{where}: operand1 must be None when op1 is None, got {operand1!r}")
+    if op1 is not None:
+        _op(op1, where, "op1")
+    if op0.unary and operand0 not in (None, 0):
+        raise ValueError(f"{where}: operand0 must be None or 0 for the unary op0={op0!r}, got {operand0!r}")
+    eng = _engine_name(engine, where)
+    eng = "vector" if eng == "unknown" else eng
+    pair = (op0.name, op1.name if op1 is not None else None)
+    if eng == "scalar" and pair not in SCALAR_ENGINE_OPS:
+        raise rule_error("scalar-engine-ops", where, f"ScalarE tensor_scalar on trn2 supports only "
+                                                     f"(multiply, add), (multiply, None), (add, None); got {pair}")
+    if eng == "gpsimd" and pair != ("rsqrt", None):
+        raise rule_error("gpsimd-ops", where, f"GpSimd tensor_scalar is allowed only for rsqrt, got {pair}")
+    if eng not in ("vector", "scalar", "gpsimd"):
+        raise rule_error("engine", where, f"tensor_scalar runs on vector, scalar or gpsimd, got {eng}")
+    _no_gpsimd_psum(eng, [dst, data], where)
+    ops = [(op0, operand0, reverse0)] + ([(op1, operand1, reverse1)] if op1 is not None else [])
+    operands = [None if op.unary else _scalar_operand(v, data, where, f"operand{i}") for i, (op, v, _) in enumerate(ops)]
+    _dst(dst, where)
+    if op0.bitvec:
+        raise not_modeled("bitvec tensor_scalar")
+    x = _pf(data)
+    for (op, _, rev), val in zip(ops, operands):
+        x = np.asarray(_apply(op, x, val, rev), dtype=F32)
+    _write(dst, x)
+    reads = [data] + [v for _, v, _ in ops if isinstance(v, NkiTensor)]
+    return _record("tensor_scalar", eng, reads, [dst], op0=op0.name, op1=pair[1], name=name)
+
+
+def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False, name=None):
+    where = "nisa.scalar_tensor_tensor"
+    _op(op0, where, "op0")
+    _op(op1, where, "op1")
+    if op0.bitvec or op1.bitvec:
+        raise rule_error("alu-op", where, "scalar_tensor_tensor takes arithmetic operators only")
+    for t, arg in ((dst, "dst"), (data, "data"), (operand1, "operand1")):
+        _on_chip(t, where, arg)
+    _same_layout(data, operand1, where, "data", "operand1")
+    _same_layout(dst, data, where, "dst", "data")
+    if is_psum(data.buffer) and is_psum(operand1.buffer):
+        raise rule_error("psum-operands", where, "data and operand1 cannot both be in PSUM")
+    val = None if op0.unary else _scalar_operand(operand0, data, where, "operand0")
+    _dst(dst, where)
+    x = np.asarray(_apply(op0, _pf(data), val, reverse0), dtype=F32)
+    y = np.asarray(_apply(op1, x, _pf(operand1), reverse1), dtype=F32)
+    _write(dst, y)
+    reads = [data, operand1] + ([operand0] if isinstance(operand0, NkiTensor) else [])
+    return _record("scalar_tensor_tensor", "vector", reads, [dst], op0=op0.name, op1=op1.name, name=name)
+
+
+def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None):
+    where = "nisa.tensor_reduce"
+    _op(op, where, "op")
+    if op.reduce is None:
+        raise rule_error("reduce-op", where, f"op={op!r} is not a legal reduction operator")
+    _on_chip(dst, where, "dst")
+    _on_chip(data, where, "data")
+    axes = tuple(sorted([axis] if isinstance(axis, (int, np.integer)) else axis))
+    nd = data.ndim
+    if not axes or 0 in axes or axes != tuple(range(nd - len(axes), nd)):
+        raise rule_error("reduce-axis", where, f"axis must be the last contiguous free dims of a {nd}-d tile "
+                                               f"(ending at {nd - 1}, never 0), got {axis}")
+    kept = int(np.prod(data.shape[1:nd - len(axes)]))
+    if dst.partitions != data.partitions or dst.free_size != kept:
+        raise rule_error("operand-shape", where, f"dst must have {data.partitions} partitions and {kept} elements per "
+                                                 f"partition after reducing {axes}, got {list(dst.shape)}")
+    _dst(dst, where)
+    x = np.asarray(data.numpy(), dtype=F32)
+    if op.bitvec:
+        r = op.reduce.reduce(data.numpy(), axis=axes)
+        _write(dst, r.astype(dst.dtype), cast=False)
+    else:
+        r = op.reduce.reduce(x, axis=axes, dtype=F32)
+        _write(dst, -r if negate else r)
+    return _record("tensor_reduce", "vector", [data], [dst], op=op.name, name=name)
+
+
+def reciprocal(dst, data, name=None):
+    where = "nisa.reciprocal"
+    _on_chip(dst, where, "dst")
+    _on_chip(data, where, "data")
+    _same_layout(dst, data, where, "dst", "data")
+    _dst(dst, where)
+    with np.errstate(divide="ignore"):
+        _write(dst, F32(1.0) / _pf(data))
+    return _record("reciprocal", "vector", [data], [dst], name=name)
+
+
+def __getattr__(attr):
+    raise not_modeled(f"nki.isa.{attr}")

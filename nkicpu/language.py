@@ -1,0 +1,128 @@
+"""`nki.language` on the CPU: tensors, buffers, dtypes, tile sizes, loops, the SPMD queries and
+the `nl.*` operator objects that `nisa` calls take as `op=`.
+
+Names, argument order and defaults follow the Neuron SDK 2.32 API stubs
+(nki/api/nki/language/__init__.py). Python loops are unrolled, as in NKI 0.7+.
+"""
+import numpy as np
+
+from . import memory
+from .errors import not_modeled, rule_error
+from .memory import DTYPES, PMAX, Allocation, MemoryRegion, check_dtype, is_hbm, is_on_chip, is_psum, is_sbuf
+from .ops import OPS
+from .run import current_run
+from .tensor import DynamicSlice, NkiTensor
+
+__all__ = ["NkiTensor", "is_hbm", "is_on_chip", "is_psum", "is_sbuf"]
+
+# -- buffers and dtypes ---------------------------------------------------------------------
+sbuf = MemoryRegion.sbuf
+psum = MemoryRegion.psum
+private_hbm = MemoryRegion.private_hbm
+shared_hbm = MemoryRegion.shared_hbm
+hbm = private_hbm  # documented alias
+
+globals().update(DTYPES)
+globals().update(OPS)
+
+
+class NKIObject:
+    """Base class for user dataclasses passed into kernels."""
+
+
+class _TileSize:
+    """trn2 tile-size constants (reference/nki-api.md §2.6)."""
+    pmax = PMAX
+    psum_fmax = 512
+    psum_bank_fmax = 512
+    psum_bank_fmax_bytes = memory.PSUM_BANK_BYTES
+    psum_num_banks = memory.PSUM_NUM_BANKS
+    gemm_stationary_fmax = 128
+    gemm_moving_fmax = 512
+    bn_stats_fmax = 512
+    sbuf_size_bytes = PMAX * memory.SBUF_PARTITION_BYTES
+    sbuf_fmax_bytes = memory.SBUF_PARTITION_BYTES
+    sbuf_fmax = memory.SBUF_PARTITION_BYTES // 4
+    total_available_sbuf_size = memory.SBUF_PARTITION_BYTES
+
+    def __getattr__(self, attr):
+        raise not_modeled(f"nl.tile_size.{attr} (its trn2 value is not documented)")
+
+
+tile_size = _TileSize()
+
+
+# -- allocation -----------------------------------------------------------------------------
+def ndarray(shape, dtype, buffer=sbuf, name="", address=None):
+    where = f"nl.ndarray({name or 'unnamed'})"
+    if address is not None:
+        raise not_modeled("manual placement (address=)")
+    if not isinstance(buffer, MemoryRegion):
+        raise TypeError(f"{where}: buffer must be nl.sbuf, nl.psum, nl.hbm, nl.private_hbm or nl.shared_hbm, got {buffer!r}")
+    shape = tuple(shape)
+    if not shape or any(not isinstance(s, (int, np.integer)) or s < 1 for s in shape):
+        raise ValueError(f"{where}: shape must be a tuple of positive ints, got {shape}")
+    dt = check_dtype(dtype, where)
+    if is_on_chip(buffer) and shape[0] > PMAX:
+        raise rule_error("partition-dim", where, f"the partition dim (shape[0]) of an {buffer.name} tensor must be "
+                                                 f"<= {PMAX}, got {shape[0]}")
+    run = current_run("nl.ndarray")
+    alloc = Allocation(shape, dt, buffer, name, run.accounting)
+    run.allocations[alloc.id] = (alloc.name, buffer.value, dt.name, shape)
+    return NkiTensor(alloc, shape, _row_major(shape), 0)
+
+
+def _row_major(shape):
+    return tuple(int(np.prod(shape[i + 1:])) for i in range(len(shape)))
+
+
+def _filled(shape, dtype, buffer, name, value):
+    from . import isa
+    t = ndarray(shape, dtype, buffer=buffer, name=name)
+    isa.memset(t, value if memory.is_float(np.dtype(dtype)) else int(value))
+    return t
+
+
+def zeros(shape, dtype, buffer=sbuf, name=""):
+    return _filled(shape, dtype, buffer, name, 0.0)
+
+
+def ones(shape, dtype, buffer=sbuf, name=""):
+    return _filled(shape, dtype, buffer, name, 1.0)
+
+
+def full(shape, fill_value, dtype, buffer=sbuf, name=""):
+    return _filled(shape, dtype, buffer, name, float(fill_value))
+
+
+# -- indexing and loops ---------------------------------------------------------------------
+def ds(start, size):
+    return DynamicSlice(start, size)
+
+
+def affine_range(start, stop=None, step=1):
+    return range(start, stop, step) if stop is not None else range(start)
+
+
+sequential_range = static_range = affine_range
+
+
+# -- SPMD launch grid (nkicpu runs one program: no grid) --------------------------------------
+def program_id(axis=0):
+    return 0
+
+
+def num_programs(axes=0):
+    return 1
+
+
+def program_ndim():
+    return 0
+
+
+def device_print(print_prefix, tensor):
+    print(print_prefix, np.asarray(tensor.numpy()))
+
+
+def __getattr__(attr):
+    raise not_modeled(f"nki.language.{attr}")

@@ -1,0 +1,141 @@
+"""Buffers, allocations and on-chip capacity accounting of a trn2 NeuronCore (NeuronCore-v3).
+
+An allocation owns a flat NumPy array. New allocations are filled with NaN (floats) or the int
+sentinel, as the SDK simulator does, so a read of memory nothing wrote shows up in the output.
+SBUF and PSUM capacity is counted per partition over live allocations: an allocation is live
+while any tensor view of it is referenced from Python, which is how a kernel that allocates its
+tiles inside a loop lets the next iteration reuse the space.
+"""
+import weakref
+from enum import Enum
+
+import ml_dtypes
+import numpy as np
+
+from .errors import rule_error
+
+# trn2 NeuronCore-v3 numbers (reference/nki-api.md §2.6, §2.7, §7).
+PMAX = 128                               # partitions
+SBUF_PARTITION_BYTES = 224 * 1024        # 28 MiB / 128 partitions
+PSUM_BANK_BYTES = 2 * 1024               # one bank = 512 fp32 per partition
+PSUM_NUM_BANKS = 8                       # 16 KiB per partition
+INT_SENTINEL = 4                         # what the SDK simulator writes into new int allocations
+
+
+class MemoryRegion(Enum):
+    sbuf = "sbuf"
+    psum = "psum"
+    private_hbm = "private_hbm"
+    shared_hbm = "shared_hbm"
+
+
+def is_hbm(buffer):
+    return buffer in (MemoryRegion.private_hbm, MemoryRegion.shared_hbm)
+
+
+def is_on_chip(buffer):
+    return buffer in (MemoryRegion.sbuf, MemoryRegion.psum)
+
+
+def is_psum(buffer):
+    return buffer is MemoryRegion.psum
+
+
+def is_sbuf(buffer):
+    return buffer is MemoryRegion.sbuf
+
+
+# NKI dtypes as NumPy dtypes; bf16 and fp8 through ml_dtypes.
+DTYPES = {
+    "bool_": np.dtype(np.bool_),
+    "int8": np.dtype(np.int8),
+    "int16": np.dtype(np.int16),
+    "int32": np.dtype(np.int32),
+    "uint8": np.dtype(np.uint8),
+    "uint16": np.dtype(np.uint16),
+    "uint32": np.dtype(np.uint32),
+    "float16": np.dtype(np.float16),
+    "float32": np.dtype(np.float32),
+    "bfloat16": np.dtype(ml_dtypes.bfloat16),
+    "float8_e4m3": np.dtype(ml_dtypes.float8_e4m3),
+    "float8_e4m3fn": np.dtype(ml_dtypes.float8_e4m3fn),
+    "float8_e5m2": np.dtype(ml_dtypes.float8_e5m2),
+}
+
+
+def is_float(dtype):
+    return np.dtype(dtype).kind == "f" or np.dtype(dtype) in (DTYPES["bfloat16"],) or "float8" in np.dtype(dtype).name
+
+
+def check_dtype(dtype, where):
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        dt = None
+    if dt is None or dt not in DTYPES.values():
+        raise TypeError(f"{where}: expected an NKI dtype (nl.float32, nl.bfloat16, ...), got {dtype!r}")
+    return dt
+
+
+class Allocation:
+    """One `nl.ndarray`: its storage and where it lives."""
+
+    _next_id = 0
+
+    def __init__(self, shape, dtype, buffer, name, accounting):
+        Allocation._next_id += 1
+        self.id = Allocation._next_id
+        self.shape = tuple(shape)
+        self.dtype = dtype
+        self.buffer = buffer
+        self.name = name or f"t{self.id}"
+        size = int(np.prod(self.shape))
+        fill = np.nan if is_float(dtype) else INT_SENTINEL
+        self.data = np.full(size, fill, dtype=dtype)
+        # Per element: written by a matmul since its last non-matmul write (PSUM only), so that
+        # `accumulate=None` can tell a first write (overwrite) from a later one (accumulate).
+        self.matmul_written = np.zeros(size, dtype=bool) if is_psum(buffer) else None
+        self.row_elems = size // self.shape[0] if is_on_chip(buffer) else None
+        self.bank = accounting.allocate(self) if accounting is not None else None
+
+
+class Accounting:
+    """Live SBUF bytes and PSUM banks per partition for one kernel run."""
+
+    def __init__(self):
+        self.sbuf_bytes = 0
+        self.psum_banks = [None] * PSUM_NUM_BANKS  # allocation id holding each bank
+        self.peak_sbuf_bytes = 0
+        self.peak_psum_banks = 0
+
+    def allocate(self, alloc):
+        if not is_on_chip(alloc.buffer):
+            return None
+        nbytes = alloc.row_elems * alloc.dtype.itemsize
+        where = f"nl.ndarray {alloc.name} {list(alloc.shape)} {alloc.dtype.name} in {alloc.buffer.name}"
+        if is_sbuf(alloc.buffer):
+            if self.sbuf_bytes + nbytes > SBUF_PARTITION_BYTES:
+                raise rule_error("sbuf-capacity", where,
+                                 f"needs {nbytes} B per partition but only {SBUF_PARTITION_BYTES - self.sbuf_bytes} B "
+                                 f"of {SBUF_PARTITION_BYTES} B (trn2 SBUF) are free in live allocations")
+            self.sbuf_bytes += nbytes
+            self.peak_sbuf_bytes = max(self.peak_sbuf_bytes, self.sbuf_bytes)
+            weakref.finalize(alloc, self._free_sbuf, nbytes)
+            return None
+        banks = -(-nbytes // PSUM_BANK_BYTES)
+        for start in range(PSUM_NUM_BANKS - banks + 1):
+            if all(b is None for b in self.psum_banks[start:start + banks]):
+                self.psum_banks[start:start + banks] = [alloc.id] * banks
+                used = sum(b is not None for b in self.psum_banks)
+                self.peak_psum_banks = max(self.peak_psum_banks, used)
+                weakref.finalize(alloc, self._free_psum, alloc.id)
+                return start
+        raise rule_error("psum-capacity", where,
+                         f"needs {banks} bank(s) of 2 KiB per partition but trn2 PSUM has {PSUM_NUM_BANKS} banks "
+                         f"(16 KiB) and {sum(b is None for b in self.psum_banks)} are free in live allocations")
+
+    def _free_sbuf(self, nbytes):
+        self.sbuf_bytes -= nbytes
+
+    def _free_psum(self, alloc_id):
+        self.psum_banks = [None if b == alloc_id else b for b in self.psum_banks]
