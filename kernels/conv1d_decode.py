@@ -1,0 +1,188 @@
+"""Stage 2 of the GDN decode step: one step of the depthwise causal conv1d, then SiLU.
+
+Channel-major, like every stage: channels sit on partitions (tiled by 128), and the window of each
+channel, [batch, K], lies in the free dim. A depthwise conv never mixes channels, so no TensorE and
+no cross-partition traffic: the window slide is two copies, the conv one multiply and one reduce on
+VectorE, the SiLU one ScalarE activation. Several channel tiles (e.g. all q heads) can sit side by
+side in the free dim and go through the same five instructions.
+"""
+import nki
+import nki.language as nl
+import nki.isa as nisa
+
+from .checks import expect, expect_dtype, expect_rank, expect_shape
+
+K_MIN, K_MAX = 2, 4          # the conv widths causal-conv1d and vLLM's Triton kernel support (Qwen: 4)
+WINDOW_FREE_MAX = 4096       # window elements (tiles * B * K) per partition per chunk of the entry point
+
+
+def conv1d_decode_tile(dst_out, dst_state, x, w, state):
+    """One decode step of the depthwise causal conv1d + SiLU on channel-major SBUF tiles.
+
+    The building block of stage 2, called by the standalone kernel and by the fused decode kernel.
+    It writes `dst_out` and `dst_state` and allocates only its own fp32 temporaries.
+
+    Dimensions:
+        P: channels of one channel tile, on partitions (<= 128)
+        T: channel tiles side by side in the free dim (e.g. the heads of q, k or v); optional
+        B: batch (tokens)
+        K: conv window (kernel size), 2..4
+
+    Args:
+        dst_out (nl.ndarray): [P, T, B] (or [P, B]) @ SBUF, bf16 (any float dtype), written:
+            the conv output after SiLU.
+        dst_state (nl.ndarray): [P, T, B, K] (or [P, B, K]) @ SBUF, same dtype as `state`,
+            written: the new window, oldest token in column 0, `x` in column K-1.
+        x (nl.ndarray): [P, T, B] (or [P, B]) @ SBUF, bf16, the new token (in_proj's mixed_qkv).
+        w (nl.ndarray): [P, T, K] (or [P, K]) @ SBUF, fp32, the conv weight of these channels.
+        state (nl.ndarray): [P, T, B, K] (or [P, B, K]) @ SBUF, bf16, the incoming window.
+
+    Returns:
+        None; `dst_out` and `dst_state` hold the results.
+
+    Notes:
+        - Channel c of tile t sits on partition p; the standalone kernel uses c = c0 + 128*t + p,
+          the fused kernel c = (first channel of head t) + p, so a head is one channel tile.
+        - `dst_state` must not overlap `state`: its columns 0..K-2 are copies of the incoming
+          columns 1..K-1 (bit-exact; column 0 of `state` is dropped) and column K-1 a copy of `x`.
+          The new state IS the conv window, so the conv reads it instead of assembling another.
+        - Engines: GpSimd shifts the window while VectorE copies `x` into the last column (the two
+          copies run side by side); VectorE multiplies the window by the weights (a stride-0 view
+          broadcasts w over B) and sums over K in fp32; ScalarE applies SiLU and rounds once.
+          Five instructions for any T and B: at decode sizes each instruction costs mostly its
+          fixed overhead, and the alternative, K multiply-adds with a [P, 1] weight column as the
+          scalar operand (tensor_scalar + (K-1) scalar_tensor_tensor per channel tile), needs K
+          VectorE instructions per tile, since the [P, 1] operand cannot vary along T.
+        - Per partition the temporaries take T*B*K*4 + T*B*4 bytes of SBUF.
+
+    Pseudocode:
+        window = concatenate([state[..., 1:], x[..., None]], axis=-1)      # [P, T, B, K]
+        dst_state[...] = window
+        acc = (window.astype(float32) * w[:, :, None, :]).sum(axis=-1)    # fp32, [P, T, B]
+        dst_out[...] = (acc * sigmoid(acc)).astype(dst_out.dtype)
+    """
+    if len(x.shape) == 2:  # one channel tile: [P, B] -> [P, 1, B]
+        return conv1d_decode_tile(dst_out.expand_dim(1), dst_state.expand_dim(1), x.expand_dim(1),
+                                  w.expand_dim(1), state.expand_dim(1))
+    P, T, B = x.shape
+    K = w.shape[-1]
+    expect(P <= nl.tile_size.pmax, "x", f"channels (partitions) <= {nl.tile_size.pmax}", P)
+    expect(K_MIN <= K <= K_MAX, "w", f"a conv window K in {K_MIN}..{K_MAX}", K)
+    expect_shape(w, "w", (P, T, K))
+    expect_shape(state, "state", (P, T, B, K))
+    expect_shape(dst_state, "dst_state", (P, T, B, K))
+    expect_shape(dst_out, "dst_out", (P, T, B))
+    expect_dtype(w, "w", nl.float32)
+    expect(dst_state.dtype == state.dtype, "dst_state", f"dtype {state.dtype} (as state, for a bit-exact copy)",
+           dst_state.dtype)
+
+    # Slide the window: drop column 0, shift 1..K-1 left, append the new token (all bit-exact copies).
+    nisa.tensor_copy(dst_state[:, :, :, 0:K - 1], state[:, :, :, 1:K], engine=nisa.engine.gpsimd)
+    nisa.tensor_copy(dst_state[:, :, :, K - 1], x)
+
+    # conv: acc[p, t, b] = sum_j window[p, t, b, j] * w[p, t, j], in fp32
+    prod = nl.ndarray((P, T, B, K), nl.float32, name="conv_prod")
+    nisa.tensor_tensor(prod, dst_state, w.expand_dim(2).broadcast(2, B), op=nl.multiply)
+    acc = nl.ndarray((P, T, B), nl.float32, name="conv_acc")
+    nisa.tensor_reduce(acc, nl.add, prod, axis=3)
+
+    # SiLU on ScalarE; the one rounding to the output dtype
+    nisa.activation(dst_out, op=nl.silu, data=acc)
+
+
+def _channel_chunks(conv_dim, B, K):
+    """(first channel, partitions P, channel tiles T) of each chunk the entry point loads at once.
+
+    Full 128-channel tiles are grouped T at a time so that a chunk's window holds at most
+    WINDOW_FREE_MAX elements per partition; a partial last tile (conv_dim % 128 channels) is a
+    chunk of its own.
+    """
+    pmax = nl.tile_size.pmax
+    full = conv_dim // pmax
+    per_chunk = max(1, min(full, WINDOW_FREE_MAX // (B * K)))
+    chunks = [(t0 * pmax, pmax, min(per_chunk, full - t0)) for t0 in range(0, full, per_chunk)]
+    if conv_dim % pmax:
+        chunks.append((full * pmax, conv_dim % pmax, 1))
+    return chunks
+
+
+@nki.jit
+def conv1d_decode_kernel(mixed_qkv, conv_weight, conv_state):
+    """Stage 2 standalone, HBM to HBM: depthwise causal conv1d decode step + SiLU, and the new window.
+
+    Dimensions:
+        B: batch; conv_dim: channels (2*nk*dk + nv*dv); K: conv window, 2..4
+
+    Args:
+        mixed_qkv (nl.ndarray): [B, conv_dim] @ HBM, bf16, the new token (in_proj output).
+        conv_weight (nl.ndarray): [conv_dim, K] @ HBM, fp32, conv1d.weight.squeeze(1).
+        conv_state (nl.ndarray): [B, conv_dim, K] @ HBM, bf16, the last K tokens, oldest in column 0
+            (the Hugging Face K-column convention).
+
+    Returns:
+        conv_out (nl.ndarray): [B, conv_dim] @ shared HBM, bf16, silu(conv) rounded once.
+        new_conv_state (nl.ndarray): [B, conv_dim, K] @ shared HBM, bf16, the window
+            [conv_state[..., 1:], mixed_qkv]: bit-exact copies, column 0 of the input dropped.
+
+    Notes:
+        - Rejects (ValueError naming the argument): wrong ranks; conv_weight rows or conv_state
+          dims that disagree with mixed_qkv's conv_dim and B; K outside 2..4 (the widths
+          causal-conv1d's `causal_conv1d_update` and vLLM's Triton kernel support; all Qwen3-Next
+          and Qwen3.5 models use 4) or different in conv_weight and conv_state; dtypes other than
+          the above.
+        - conv_dim is tiled by 128 channels on partitions (channel c0 + 128*t + p on partition p);
+          a partial last tile (conv_dim % 128 channels) is handled on its own.
+        - Several 128-channel tiles are loaded by one DMA each and computed by one instruction each
+          (at most WINDOW_FREE_MAX = 4096 window elements per partition per chunk; every real shard
+          at B <= 8 is one chunk).
+        - The HBM views are transposes ([B, C] -> [C, B]), so the DMAs move K*2-byte runs (state)
+          and 2-byte elements (mixed_qkv, conv_out): fine for decode sizes, and what the fused
+          kernel needs, where the window stays on chip next to in_proj's output.
+        - Inputs are never written. A chunk takes about 8*T*B*K + 8*T*B bytes of SBUF per partition
+          (at most about 40 KiB under the chunk limit); a single tile needs about 8*B*K, so B can
+          reach a few thousand tokens.
+
+    Pseudocode:
+        window = concatenate([conv_state[:, :, 1:], mixed_qkv[:, :, None]], axis=2)   # [B, C, K]
+        acc = (window.astype(float32) * conv_weight[None]).sum(axis=2)                # fp32
+        conv_out = (acc * sigmoid(acc)).astype(bfloat16)
+        new_conv_state = window
+    """
+    expect_rank(mixed_qkv, "mixed_qkv", 2)
+    expect_rank(conv_weight, "conv_weight", 2)
+    expect_rank(conv_state, "conv_state", 3)
+    B, conv_dim = mixed_qkv.shape
+    K = conv_weight.shape[1]
+    expect(conv_weight.shape[0] == conv_dim, "conv_weight",
+           f"conv_dim = {conv_dim} rows (mixed_qkv.shape[1])", f"shape {list(conv_weight.shape)}")
+    expect(K_MIN <= K <= K_MAX, "conv_weight",
+           f"a conv window K = conv_weight.shape[1] in {K_MIN}..{K_MAX} (the widths causal-conv1d supports)", K)
+    expect_shape(conv_state, "conv_state", (B, conv_dim, K))
+    expect_dtype(mixed_qkv, "mixed_qkv", nl.bfloat16)
+    expect_dtype(conv_weight, "conv_weight", nl.float32)
+    expect_dtype(conv_state, "conv_state", nl.bfloat16)
+
+    conv_out = nl.ndarray((B, conv_dim), nl.bfloat16, buffer=nl.shared_hbm, name="conv_out")
+    new_state = nl.ndarray((B, conv_dim, K), nl.bfloat16, buffer=nl.shared_hbm, name="new_conv_state")
+
+    for c0, P, T in _channel_chunks(conv_dim, B, K):
+        c1 = c0 + T * P
+        # channel-major HBM views: channel c0 + P*t + p -> partition p, tile t
+        x_hbm = mixed_qkv[:, c0:c1].reshape_dim(1, (T, P)).permute((2, 1, 0))         # [P, T, B]
+        w_hbm = conv_weight[c0:c1, :].reshape_dim(0, (T, P)).permute((1, 0, 2))       # [P, T, K]
+        s_hbm = conv_state[:, c0:c1, :].reshape_dim(1, (T, P)).permute((2, 1, 0, 3))  # [P, T, B, K]
+
+        x = nl.ndarray((P, T, B), nl.bfloat16, name="x")
+        nisa.dma_copy(x, x_hbm)
+        w = nl.ndarray((P, T, K), nl.float32, name="w")
+        nisa.dma_copy(w, w_hbm)
+        state = nl.ndarray((P, T, B, K), nl.bfloat16, name="state")
+        nisa.dma_copy(state, s_hbm)
+
+        out = nl.ndarray((P, T, B), nl.bfloat16, name="out")
+        window = nl.ndarray((P, T, B, K), nl.bfloat16, name="window")
+        conv1d_decode_tile(out, window, x, w, state)
+
+        nisa.dma_copy(conv_out[:, c0:c1].reshape_dim(1, (T, P)).permute((2, 1, 0)), out)
+        nisa.dma_copy(new_state[:, c0:c1, :].reshape_dim(1, (T, P)).permute((2, 1, 0, 3)), window)
+    return conv_out, new_state

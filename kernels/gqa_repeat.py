@@ -1,0 +1,135 @@
+"""Stage 3 of the GDN decode step: split conv_out into q | k | v heads, expand q, k to the value heads.
+
+GQA here is `repeat_interleave`: value head h reads key head h // G, G = nv / nk ("each key head
+serves G consecutive value heads"), never `tile` (h % nk). On chip this is pure index mapping: in
+the channel-major layout q, k are [dk, nk, B] tiles, and the fused kernel's delta rule reads key
+head `key_head_of(h, ...)` for value head h, so it moves no data at all. A materialised copy is
+only needed where a consumer wants [.., nv, ..] tensors, as the standalone kernel's HBM outputs.
+"""
+import nki
+import nki.language as nl
+import nki.isa as nisa
+
+from .checks import expect, expect_dtype, expect_rank
+
+
+def key_head_of(value_head, num_k_heads, num_v_heads):
+    """The key (and query) head that value head `value_head` reads: value_head // G, G = nv / nk.
+
+    What the fused kernel uses instead of any copy: with q, k held as [dk, nk, B] tiles, value head
+    h takes `q_tile[:, key_head_of(h, nk, nv), :]`. A compile-time Python int.
+    """
+    return value_head // (num_v_heads // num_k_heads)
+
+
+def gqa_repeat(dst, src):
+    """Materialise the GQA expansion: dst[:, h] = src[:, h // G] along axis 1 (heads), G = nv / nk.
+
+    The building block of stage 3 for consumers that want one tensor per value head. Axis 1 is the
+    head axis both in HBM ([B, heads, d]) and on chip ([d, heads, B]), so one block serves both.
+
+    Dimensions:
+        nk: key heads (src.shape[1]); nv: value heads (dst.shape[1]), a multiple of nk; G = nv / nk
+
+    Args:
+        dst (nl.ndarray): [B, nv, d] @ HBM or [d, nv, B] @ SBUF, written.
+        src (nl.ndarray): [B, nk, d] @ HBM or [d, nk, B] @ SBUF, same dtype and other dims as dst.
+
+    Returns:
+        None; `dst` holds the result.
+
+    Notes:
+        - HBM (either side): G DMAs, one per position g inside a group; DMA g copies all nk key
+          heads into the strided destination view dst[:, g::G] (heads g, g+G, ...). Each moves
+          B*nk runs of d contiguous elements. One DMA with a stride-0 source dim would replicate
+          the heads in a single transfer, but stride-0 DMA source patterns are not documented
+          (only engine operands are), so the kernel does not rely on them.
+        - On chip (both in SBUF): one tensor_copy (VectorE) from a stride-0 broadcast view
+          src[:, :, None, :] -> [d, nk, G, B] into dst viewed as [d, nk, G, B]; stride-0 engine
+          operands are documented. The fused kernel does not call this: it indexes key heads.
+        - G = 1 is a plain copy.
+
+    Pseudocode:
+        G = dst.shape[1] // src.shape[1]
+        for h in range(dst.shape[1]):
+            dst[:, h] = src[:, h // G]
+    """
+    expect_rank(dst, "dst", 3)
+    expect_rank(src, "src", 3)
+    nk, nv = src.shape[1], dst.shape[1]
+    expect(nv % nk == 0, "dst", f"value heads dst.shape[1] a multiple of key heads src.shape[1] = {nk}", nv)
+    expect(dst.shape[0] == src.shape[0] and dst.shape[2] == src.shape[2], "dst",
+           f"shape [{src.shape[0]}, nv, {src.shape[2]}] (as src but for axis 1)", f"{list(dst.shape)}")
+    expect(dst.dtype == src.dtype, "dst", f"dtype {src.dtype} (as src)", dst.dtype)
+    G = nv // nk
+    if nl.is_hbm(dst.buffer) or nl.is_hbm(src.buffer):
+        for g in range(G):
+            nisa.dma_copy(dst[:, g::G, :], src)           # value heads g, g+G, ... <- key heads 0, 1, ...
+    else:
+        nisa.tensor_copy(dst.reshape_dim(1, (nk, G)),      # [d, nk, G, B]: head j*G + g
+                         src.expand_dim(2).broadcast(2, G))
+
+
+@nki.jit
+def gqa_repeat_kernel(conv_out, num_k_heads, head_k_dim, head_v_dim):
+    """Stage 3 standalone, HBM to HBM: q, k, v heads from conv_out, q and k repeated to the value heads.
+
+    Dimensions:
+        B: batch; nk = num_k_heads; dk = head_k_dim; dv = head_v_dim;
+        conv_dim = 2*nk*dk + nv*dv; nv = (conv_dim - 2*nk*dk) / dv; G = nv / nk
+
+    Args:
+        conv_out (nl.ndarray): [B, conv_dim] @ HBM, bf16, the conv1d stage output, channels
+            ordered q (nk*dk) | k (nk*dk) | v (nv*dv), head-major inside each.
+        num_k_heads (int): nk, a compile-time constant.
+        head_k_dim (int): dk <= 128, a compile-time constant.
+        head_v_dim (int): dv <= 128, a compile-time constant.
+
+    Returns:
+        q (nl.ndarray): [B, nv, dk] @ shared HBM, bf16; q[:, h] = conv_out q head h // G.
+        k (nl.ndarray): [B, nv, dk] @ shared HBM, bf16; k[:, h] = conv_out k head h // G.
+        v (nl.ndarray): [B, nv, dv] @ shared HBM, bf16; the v heads, unchanged.
+
+    Notes:
+        - conv_out's shape alone cannot tell nk, dk and dv apart (a conv_dim has many
+          decompositions), so they are explicit compile-time integer arguments; nv follows.
+          The fused kernel needs none: it reads dk, dv, nv from recurrent_state and A_log.
+        - Rejects (ValueError naming the argument): conv_out not 2-d or not bf16; nk, dk, dv not
+          positive ints; dk or dv > 128 (a head is one partition tile in the fused kernel);
+          conv_dim - 2*nk*dk not a positive multiple of dv; nv not a multiple of nk.
+        - HBM to HBM, no SBUF: 2*G + 1 DMAs (G each for q and k through `gqa_repeat`, one for v),
+          each moving runs of dk or dv contiguous elements.
+
+    Pseudocode:
+        key_dim = nk * dk
+        q = conv_out[:, :key_dim].reshape(B, nk, dk).repeat(G, axis=1)            # repeat_interleave
+        k = conv_out[:, key_dim:2 * key_dim].reshape(B, nk, dk).repeat(G, axis=1)
+        v = conv_out[:, 2 * key_dim:].reshape(B, nv, dv)
+    """
+    expect_rank(conv_out, "conv_out", 2)
+    expect_dtype(conv_out, "conv_out", nl.bfloat16)
+    pmax = nl.tile_size.pmax
+    for arg, value in (("num_k_heads", num_k_heads), ("head_k_dim", head_k_dim), ("head_v_dim", head_v_dim)):
+        expect(isinstance(value, int) and not isinstance(value, bool) and value >= 1, arg,
+               "a positive Python int (compile-time constant)", repr(value))
+    expect(head_k_dim <= pmax, "head_k_dim", f"<= {pmax} (one head per partition tile)", head_k_dim)
+    expect(head_v_dim <= pmax, "head_v_dim", f"<= {pmax} (one head per partition tile)", head_v_dim)
+    B, conv_dim = conv_out.shape
+    nk, dk, dv = num_k_heads, head_k_dim, head_v_dim
+    key_dim = nk * dk
+    value_dim = conv_dim - 2 * key_dim
+    expect(value_dim > 0 and value_dim % dv == 0, "conv_out",
+           f"conv_dim = 2*nk*dk + nv*dv = 2*{nk}*{dk} + nv*{dv} with an integer nv >= 1",
+           f"conv_dim = {conv_dim}")
+    nv = value_dim // dv
+    expect(nv % nk == 0, "conv_out",
+           f"num_v_heads nv = (conv_dim - 2*nk*dk) / dv a multiple of num_k_heads = {nk}", f"nv = {nv}")
+
+    q = nl.ndarray((B, nv, dk), nl.bfloat16, buffer=nl.shared_hbm, name="q")
+    k = nl.ndarray((B, nv, dk), nl.bfloat16, buffer=nl.shared_hbm, name="k")
+    v = nl.ndarray((B, nv, dv), nl.bfloat16, buffer=nl.shared_hbm, name="v")
+
+    gqa_repeat(q, conv_out[:, 0:key_dim].reshape_dim(1, (nk, dk)))
+    gqa_repeat(k, conv_out[:, key_dim:2 * key_dim].reshape_dim(1, (nk, dk)))
+    nisa.dma_copy(v, conv_out[:, 2 * key_dim:conv_dim].reshape_dim(1, (nv, dv)))
+    return q, k, v
