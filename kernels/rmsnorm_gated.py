@@ -1,0 +1,196 @@
+"""Stage 5 of the GDN decode step: RMSNormGated, `rmsnorm(o) * norm_weight * silu(z)` per value head.
+
+Channel-major, like every stage: a value head's dv channels sit on partitions, (head, batch) in the
+free dim, so the mean over dv is a reduction across partitions. TensorE does it: an all-ones
+[dv, dv] fp32 stationary times the squares gives every partition the sum of squares of its column.
+"""
+import nki
+import nki.language as nl
+import nki.isa as nisa
+
+from .checks import expect, expect_dtype, expect_rank, expect_shape
+
+RMSNORM_EPS = 1e-6      # config.rms_norm_eps of every Qwen3-Next / Qwen3.5 model (not the 1e-5 library default)
+PSUM_FMAX = 512         # fp32 elements of one 2 KiB PSUM bank: a matmul's moving free size on trn2
+
+
+def rmsnorm_gated_tile(out, o, z, w):
+    """Gated RMSNorm of channel-major SBUF tiles: `out = o * rsqrt(mean_dv(o^2) + eps) * w * silu(z)`.
+
+    The building block of stage 5, called by the standalone kernel and by the fused decode kernel.
+    It writes `out` and allocates only its own temporaries (constants, fp32 intermediates, PSUM).
+
+    Dimensions:
+        dv: head_v_dim, on partitions (<= 128)
+        nv: value heads in this tile
+        B: batch (tokens)
+
+    Args:
+        out (nl.ndarray): [dv, nv, B] @ SBUF, written; bf16 for the GDN block (any float dtype).
+        o (nl.ndarray): [dv, nv, B] @ SBUF, bf16 (or fp32, rounded to bf16 first, as the delta-rule
+            stage stores o in bf16), the core attention output; o[j, h, b] = o_hbm[b, h, j].
+        z (nl.ndarray): [dv, nv, B] @ SBUF, bf16, the gate; z[j, h, b] = z_hbm[b, h*dv + j].
+        w (nl.ndarray): [dv, 1] @ SBUF, fp32, norm_weight as a per-partition scalar operand.
+
+    Returns:
+        None; `out` holds the result.
+
+    Notes:
+        - dv <= 128 (one head is one partition tile); out, o, z have the same [dv, nv, B] shape
+          (views of any layout, e.g. a head slice or a permuted [dv, B, nv] tile).
+        - The free dim (nv, B) is processed in chunks of at most 512 (head, batch) columns, one
+          PSUM bank each; real decode shards need one chunk (nv * B <= 128).
+        - Engines per chunk: VectorE square, TensorE cross-partition sum, ScalarE rsqrt (reading
+          PSUM, scale 1/dv, bias eps), ScalarE silu(z) and a VectorE silu(z) * w * o off the
+          critical path, and one VectorE multiply that rounds once to `out.dtype`.
+        - All math in fp32: bf16 x bf16 squares are exact in fp32, the matmul accumulates in fp32.
+        - o = 0 gives out = 0 exactly (0 * rsqrt(eps)), never NaN. ScalarE's rsqrt is valid on
+          [2^-87, 2^97]: mean(o^2) + eps >= 1e-6 stays inside for any |o| up to ~1e14.
+
+    Pseudocode:
+        x = o.astype(bf16).astype(float32)                 # [dv, nv, B]
+        ss = ones((dv, dv)).T @ (x * x)                     # every partition holds sum_j x[j]^2
+        rstd = 1 / sqrt(ss / dv + eps)
+        gwo = silu(z.astype(float32)) * w[:, :, None] * x
+        out[...] = (gwo * rstd).astype(out.dtype)
+    """
+    dv, nv, B = o.shape
+    expect_shape(out, "out", (dv, nv, B))
+    expect_shape(z, "z", (dv, nv, B))
+    expect_shape(w, "w", (dv, 1))
+    expect_dtype(o, "o", nl.bfloat16, nl.float32)
+    expect_dtype(w, "w", nl.float32)
+
+    if o.dtype == nl.float32:
+        # the delta-rule stage stores o in bf16; an fp32 o is rounded the same way first
+        o_bf16 = nl.ndarray((dv, nv, B), nl.bfloat16, name="o_bf16")
+        nisa.tensor_copy(o_bf16, o)
+        o = o_bf16
+
+    # Constants on GpSimd (otherwise idle), so VectorE can start squaring at once.
+    ones = nl.ndarray((dv, dv), nl.float32, name="ones")
+    nisa.memset(ones, 1.0, engine=nisa.engine.gpsimd)
+    eps = nl.ndarray((dv, 1), nl.float32, name="eps")
+    nisa.memset(eps, RMSNORM_EPS, engine=nisa.engine.gpsimd)
+
+    b_chunk = min(B, PSUM_FMAX)
+    h_chunk = max(1, PSUM_FMAX // b_chunk)
+    for h0 in range(0, nv, h_chunk):
+        hn = min(h_chunk, nv - h0)
+        for b0 in range(0, B, b_chunk):
+            bn = min(b_chunk, B - b0)
+            o_c = o[:, h0:h0 + hn, b0:b0 + bn]
+            z_c = z[:, h0:h0 + hn, b0:b0 + bn]
+
+            # sum of squares over dv (partitions): square on VectorE, then ones^T @ sq on TensorE;
+            # the sum lands on every partition, already broadcast for the products below
+            sq = nl.ndarray((dv, hn, bn), nl.float32, name="sq")
+            nisa.tensor_tensor(sq, o_c, o_c, op=nl.multiply)
+            ss = nl.ndarray((dv, hn, bn), nl.float32, buffer=nl.psum, name="ss")
+            nisa.nc_matmul(ss, ones, sq)
+
+            # independent of the sum: silu(z) * w * o, while TensorE reduces
+            gate = nl.ndarray((dv, hn, bn), nl.float32, name="gate")
+            nisa.activation(gate, op=nl.silu, data=z_c)
+            gwo = nl.ndarray((dv, hn, bn), nl.float32, name="gwo")
+            nisa.scalar_tensor_tensor(gwo, data=gate, op0=nl.multiply, operand0=w, op1=nl.multiply, operand1=o_c)
+
+            # rstd = rsqrt(ss / dv + eps), read straight from PSUM
+            rstd = nl.ndarray((dv, hn, bn), nl.float32, name="rstd")
+            nisa.activation(rstd, op=nl.rsqrt, data=ss, bias=eps, scale=1.0 / dv)
+
+            # the one rounding, to out's dtype
+            nisa.tensor_tensor(out[:, h0:h0 + hn, b0:b0 + bn], gwo, rstd, op=nl.multiply)
+
+
+@nki.jit
+def rmsnorm_gated_kernel(o, z, norm_weight):
+    """Stage 5 standalone, HBM to HBM: gated RMSNorm over head_v_dim, flattened head-major.
+
+    Dimensions:
+        B: batch; nv: value heads; dv: head_v_dim (<= 128); value_dim = nv * dv
+
+    Args:
+        o (nl.ndarray): [B, nv, dv] @ HBM, bf16 (fp32 accepted: rounded to bf16 first), the
+            delta-rule output.
+        z (nl.ndarray): [B, value_dim] @ HBM, bf16, the z projection (value heads in order).
+        norm_weight (nl.ndarray): [dv] @ HBM, fp32, the plain RMSNorm weight (not 1 + w).
+
+    Returns:
+        out (nl.ndarray): [B, 1, value_dim] @ shared HBM, bf16; out[b, 0, h*dv + j].
+
+    Notes:
+        - Rejects (ValueError naming the argument): wrong ranks, dv > 128, z.shape[0] != B,
+          z.shape[1] != nv * dv, norm_weight not [dv], dtypes other than the above.
+        - In HBM, o, z and out are all [(b, h) rows, dv] row-major. They move as contiguous rows
+          (dv * 2 bytes per partition), up to 128 rows per DMA, and TensorE transposes each block
+          between rows and the channel-major [dv, (b, h)] tiles of the building block (one
+          transpose and one PSUM eviction per 128 rows per tensor). The fused kernel skips the
+          input side: its o and z are already on chip, channel-major.
+        - eps = 1e-6, norm before gate, one rounding to bf16 at the end.
+
+    Pseudocode:
+        x = o.astype(bf16).astype(float32)                           # [B, nv, dv]
+        x = x / sqrt(mean(x ** 2, axis=-1, keepdims=True) + 1e-6)
+        y = x * norm_weight * silu(z.reshape(B, nv, dv).astype(float32))
+        out = y.astype(bf16).reshape(B, 1, nv * dv)
+    """
+    expect_rank(o, "o", 3)
+    expect_rank(z, "z", 2)
+    expect_rank(norm_weight, "norm_weight", 1)
+    B, nv, dv = o.shape
+    expect(dv <= nl.tile_size.pmax, "o", f"head_v_dim o.shape[2] <= {nl.tile_size.pmax}", dv)
+    expect(z.shape[0] == B, "z", f"batch z.shape[0] == o.shape[0] = {B}", z.shape[0])
+    expect(z.shape[1] == nv * dv, "z", f"value_dim z.shape[1] == nv * dv = {nv} * {dv} = {nv * dv}", z.shape[1])
+    expect_shape(norm_weight, "norm_weight", (dv,))
+    expect_dtype(o, "o", nl.bfloat16, nl.float32)
+    expect_dtype(z, "z", nl.bfloat16)
+    expect_dtype(norm_weight, "norm_weight", nl.float32)
+
+    R = B * nv
+    out = nl.ndarray((B, 1, nv * dv), nl.bfloat16, buffer=nl.shared_hbm, name="out")
+
+    # channel-major tiles with the (b, h) pairs in HBM's row order: [dv, B, nv]
+    o_sb = nl.ndarray((dv, R), nl.bfloat16, name="o_sb")     # an fp32 o is rounded on the way in
+    _load_channel_major(o_sb, o.reshape((R, dv)))
+    z_sb = nl.ndarray((dv, R), nl.bfloat16, name="z_sb")
+    _load_channel_major(z_sb, z.reshape((R, dv)))
+    w_sb = nl.ndarray((dv, 1), nl.float32, name="w_sb")
+    nisa.dma_copy(w_sb, norm_weight.reshape((dv, 1)))
+
+    out_sb = nl.ndarray((dv, R), nl.bfloat16, name="out_sb")
+    # the building block takes [dv, nv, B] views of these [dv, B, nv] tiles
+    rmsnorm_gated_tile(out_sb.reshape((dv, B, nv)).permute((0, 2, 1)),
+                       o_sb.reshape((dv, B, nv)).permute((0, 2, 1)),
+                       z_sb.reshape((dv, B, nv)).permute((0, 2, 1)), w_sb)
+
+    _store_rows(out.reshape((R, dv)), out_sb)
+    return out
+
+
+def _load_channel_major(dst, src):
+    """HBM rows src [R, C] -> SBUF dst [C, R] (C <= 128): contiguous row DMAs of <= 128 rows, each
+    block transposed on TensorE (bit-exact on trn2) and evicted from PSUM in dst's dtype."""
+    R, C = src.shape
+    P = nl.tile_size.pmax
+    for r0 in range(0, R, P):
+        rr = min(P, R - r0)
+        rows = nl.ndarray((rr, C), src.dtype, name="rows_in")
+        nisa.dma_copy(rows, src[r0:r0 + rr, :])
+        rows_T = nl.ndarray((C, rr), src.dtype, buffer=nl.psum, name="rows_in_T")
+        nisa.nc_transpose(rows_T, rows, engine=nisa.engine.tensor)
+        nisa.tensor_copy(dst[:, r0:r0 + rr], rows_T)
+
+
+def _store_rows(dst, src):
+    """SBUF src [C, R] -> HBM rows dst [R, C] (same dtype, C <= 128): TensorE transposes of <= 128
+    columns, evicted from PSUM, then contiguous row DMAs."""
+    R, C = dst.shape
+    P = nl.tile_size.pmax
+    for r0 in range(0, R, P):
+        rr = min(P, R - r0)
+        rows_T = nl.ndarray((rr, C), src.dtype, buffer=nl.psum, name="rows_out_T")
+        nisa.nc_transpose(rows_T, src[:, r0:r0 + rr], engine=nisa.engine.tensor)
+        rows = nl.ndarray((rr, C), src.dtype, name="rows_out")
+        nisa.tensor_copy(rows, rows_T)
+        nisa.dma_copy(dst[r0:r0 + rr, :], rows)
