@@ -7,6 +7,7 @@ SDK is absent, so kernel files written for the SDK run here unchanged:
     nki.simulate(kernel)(*arrays)   run on NumPy arrays, return NumPy outputs (a tuple for several)
     nkicpu.capture(kernel)(*arrays) the same run, plus the instruction record for the cost model
 """
+import inspect
 import sys
 from dataclasses import dataclass
 
@@ -79,6 +80,13 @@ def capture(kernel):
             if _is_torch(a):
                 raise TypeError(f"nkicpu.simulate: argument {i} is a torch tensor; pass NumPy arrays "
                                 f"(kernels.reference.to_numpy converts)")
+            if isinstance(a, list):
+                raise rule_error("kernel-arguments", fn.__name__, f"argument {i} is a list; NKI kernels take "
+                                                                  f"tuples, not lists")
+        keyword_only = [p.name for p in inspect.signature(fn).parameters.values() if p.kind is p.KEYWORD_ONLY]
+        if keyword_only:
+            raise rule_error("kernel-arguments", fn.__name__, f"keyword-only parameters {keyword_only}: NKI kernel "
+                                                              f"signatures may not use a `*` separator")
         with Run() as r:
             wrapped = [_wrap_input(a, i) for i, a in enumerate(args)]
             kw = {k: _wrap_input(v, k) for k, v in kwargs.items()}
@@ -95,7 +103,7 @@ def capture(kernel):
             for a, w in zip(list(args) + list(kwargs.values()), wrapped + list(kw.values())):
                 if isinstance(a, np.ndarray) and a.flags.writeable:
                     new = w._alloc.data.reshape(a.shape)
-                    if not np.array_equal(a, new, equal_nan=True):
+                    if a.tobytes() != new.tobytes():  # bitwise: a written -0.0 or NaN payload counts
                         a[...] = new
         return Capture(outputs=arrays if isinstance(result, tuple) else arrays[0], instructions=r.instructions,
                        allocations=r.allocations, peak_sbuf_bytes=r.accounting.peak_sbuf_bytes,

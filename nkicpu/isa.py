@@ -67,6 +67,17 @@ class dma_engine(Enum):
 
 
 _CMD = reduce_cmd  # the enum, under a name the `reduce_cmd=` parameters do not shadow
+_ENUMS = {"engine": engine, "reduce_cmd": reduce_cmd, "dge_mode": dge_mode, "oob_mode": oob_mode,
+          "perf_mode": matmul_perf_mode}
+
+
+def _enum(value, arg, where):
+    """An enum argument must be a member of its nisa enum; raw integers are rejected (NKI 0.3.0)."""
+    cls = _ENUMS[arg]
+    if not isinstance(value, cls):
+        raise TypeError(f"{where}: {arg} must be a nisa.{cls.__name__} member, got {value!r} "
+                        f"(raw integer enum constants are rejected since NKI 0.3.0)")
+    return value
 
 
 def get_nc_version():
@@ -131,7 +142,9 @@ def _cast(values, dtype):
     if is_float(dtype):
         return values.astype(dtype)
     info = np.iinfo(dtype)  # fp32 -> int: round to nearest even, saturate (as the hardware)
-    return np.clip(np.rint(np.nan_to_num(values)), info.min, info.max).astype(dtype)
+    # In float64: the int32 bounds are not fp32 numbers (fp32(2**31 - 1) == 2**31 would overflow the cast).
+    wide = np.nan_to_num(np.asarray(values, dtype=np.float64))
+    return np.clip(np.rint(wide), info.min, info.max).astype(dtype)
 
 
 def _write(dst, values, cast=True):
@@ -142,14 +155,14 @@ def _write(dst, values, cast=True):
         dst._alloc.matmul_written[dst.flat_indices().ravel()] = False
 
 
-def _scalar_operand(x, data, where, arg):
-    """A Python scalar, or an fp32 [P, 1] tile broadcast along the free dim."""
+def _scalar_operand(x, data, where, arg, fp32=True):
+    """A Python scalar, or a [P, 1] tile (fp32 where the instruction requires it) broadcast along the free dim."""
     if isinstance(x, NkiTensor):
         _on_chip(x, where, arg)
         if x.partitions != data.partitions or x.free_size != 1:
             raise rule_error("scalar-operand", where,
                              f"{arg} must be a scalar or a [{data.partitions}, 1] tile, got {list(x.shape)}")
-        if x.dtype != DTYPES["float32"]:
+        if fp32 and x.dtype != DTYPES["float32"]:
             raise rule_error("scalar-operand", where, f"{arg} tile must be float32, got {x.dtype.name}")
         return _pf(x)
     if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, np.integer, np.floating)):
@@ -158,9 +171,7 @@ def _scalar_operand(x, data, where, arg):
 
 
 def _engine_name(e, where):
-    if not isinstance(e, engine):
-        raise TypeError(f"{where}: engine must be a nisa.engine member, got {e!r}")
-    return e.name
+    return _enum(e, "engine", where).name
 
 
 def _op(op, where, arg, act=False):
@@ -172,7 +183,23 @@ def _op(op, where, arg, act=False):
         raise rule_error("activation-function", where, f"{arg}={op!r} is not a ScalarE activation function")
     if not act and not op.alu:
         raise rule_error("alu-op", where, f"{arg}={op!r} is not an ALU operator")
+    if not act and op.name in TRN3_ALU_OPS:
+        raise rule_error("alu-op", where, f"{arg}={op!r} is an ALU operator on trn3 only; on trn2 use "
+                                          f"nisa.activation(op={op!r})")
     return op
+
+
+# Unary ALU ops the Vector/GpSimd engines have only from NeuronCore-v4 (trn3) on
+# (reference/nki-api.md §4.8; not in the trn2 operator table of nki.api.shared).
+TRN3_ALU_OPS = {"square", "relu"}
+
+
+def _bitvec_dtypes(op, tensors, where):
+    """Bitvec operators treat elements as bit patterns: every operand must be an integer tile."""
+    bad = [t for t in tensors if is_float(t.dtype)]
+    if bad:
+        raise rule_error("bitvec-dtype", where, f"bitvec operator {op!r} needs integer tiles, got "
+                                               f"{sorted({t.dtype.name for t in bad})}")
 
 
 def _apply(op, x, operand, reverse):
@@ -197,12 +224,18 @@ def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode
         raise rule_error("dma-psum", where, "DMA never reads PSUM; evict to SBUF with nisa.tensor_copy first")
     if is_psum(dst.buffer):
         raise rule_error("dma-psum", where, "dma_copy moves data between SBUF and HBM; dst is in PSUM")
+    for value, arg in ((oob_mode, "oob_mode"), (dge_mode, "dge_mode"), (engine, "engine")):
+        _enum(value, arg, where)
     if oob_mode.name != "error":
         raise not_modeled("dma_copy oob_mode other than error")
+    if priority is not None:
+        raise not_modeled("dma_copy priority= (a NeuronCore-v4 DMA QoS level; nkicpu models trn2)")
     if dge_mode.name == "hwdge" and dst.dtype != src.dtype:
         raise rule_error("hwdge-dtype", where, f"dge_mode=hwdge needs equal dtypes, got {src.dtype.name} -> {dst.dtype.name}")
     if engine.name != "unknown" and dge_mode.name != "hwdge":
         raise rule_error("dma-engine", where, "engine= selects the trigger engine of a hwdge DMA only")
+    if engine.name not in ("unknown", "sync", "scalar"):
+        raise rule_error("dma-engine", where, f"a hwdge DMA is triggered by engine.sync or engine.scalar, got engine.{engine.name}")
     if dst.size != src.size:
         raise rule_error("dma-size", where, f"dst has {dst.size} elements ({list(dst.shape)}), src {src.size} ({list(src.shape)})")
     _dst(dst, where)
@@ -249,7 +282,8 @@ def memset(dst, value, engine=engine.unknown, name=None):
     if eng not in ("vector", "gpsimd"):
         raise rule_error("engine", where, f"memset runs on vector or gpsimd, got {eng}")
     _no_gpsimd_psum(eng, [dst], where)
-    _write(dst, np.full(dst.shape, value, dtype=np.float64 if is_float(dst.dtype) else np.int64))
+    # A float value goes through fp32, as the engine computes, then rounds once to dst.dtype.
+    _write(dst, np.full(dst.shape, value, dtype=F32 if is_float(dst.dtype) else np.int64))
     return _record("memset", eng, [], [dst], name=name)
 
 
@@ -312,7 +346,7 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
         _on_chip(t, where, arg)
     if is_transpose:
         raise not_modeled("nc_matmul(is_transpose=True); use nisa.nc_transpose")
-    if perf_mode != matmul_perf_mode.none:
+    if _enum(perf_mode, "perf_mode", where) != matmul_perf_mode.none:
         raise not_modeled(f"nc_matmul perf_mode={perf_mode}")
     if not (is_sbuf(stationary.buffer) and is_sbuf(moving.buffer)):
         raise rule_error("matmul-inputs-sbuf", where, f"stationary and moving must be in SBUF, got "
@@ -375,6 +409,10 @@ def nc_transpose(dst, data, engine=engine.unknown, name=None):
             raise rule_error("transpose-buffers", where, "TensorE transpose reads SBUF and writes PSUM")
         if F > 128:
             raise rule_error("transpose-size", where, f"TensorE transposes at most [128, 128], got [{P}, {F}]")
+        lo, hi = _psum_bank_span(dst)
+        if lo // PSUM_BANK_BYTES != hi // PSUM_BANK_BYTES:
+            raise rule_error("psum-bank", where, f"dst spans bytes {lo}..{hi} of a partition; a TensorE output must "
+                                                 f"stay within one 2 KiB PSUM bank")
     elif eng == "vector":
         if P > 32 or F > 32:
             raise rule_error("transpose-size", where, f"VectorE transposes at most [32, 32], got [{P}, {F}]")
@@ -408,18 +446,20 @@ def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=N
         else:
             x = x + _scalar_operand(bias, data, where, "bias")
     y = np.asarray(op.fn(x), dtype=F32)
-    if reduce_cmd == _CMD.load_reduce:
+    if _enum(reduce_cmd, "reduce_cmd", where) == _CMD.load_reduce:
         raise not_modeled("activation reduce_cmd=load_reduce")
     if reduce_op is not None and (not isinstance(reduce_op, Op) or reduce_op.name != "add"):
         raise rule_error("activation-reduce-op", where, f"reduce_op must be nl.add, got {reduce_op!r}")
     regs = current_run(where).scalar_reduce_regs
     P = data.partitions
+    p0 = data.offset // data._alloc.row_elems       # ScalarE lane = partition: one accumulator per lane
+    lanes = slice(p0, p0 + P)
     if reduce_cmd in (_CMD.reset, _CMD.reset_reduce):
-        regs[:P] = 0
+        regs[lanes] = 0
     if reduce_cmd in (_CMD.reduce, _CMD.reset_reduce):
         if reduce_op is None:
             raise rule_error("activation-reduce-op", where, f"reduce_cmd={reduce_cmd.name} needs reduce_op=nl.add")
-        regs[:P] += y.sum(axis=1, dtype=F32)
+        regs[lanes] += y.sum(axis=1, dtype=F32)
     _dst(dst, where)
     _write(dst, y)
     writes = [dst]
@@ -427,7 +467,7 @@ def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=N
         _on_chip(reduce_res, where, "reduce_res")
         if reduce_res.partitions != P or reduce_res.free_size != 1:
             raise rule_error("activation-reduce-res", where, f"reduce_res must be a [{P}, 1] tile, got {list(reduce_res.shape)}")
-        _write(reduce_res, regs[:P].copy())
+        _write(reduce_res, regs[lanes].copy())
         writes.append(reduce_res)
     return _record("activation", "scalar", reads, writes, op=op.name, reduce_cmd=reduce_cmd.name,
                    reads_out_regs=reduce_res is not None, name=name)
@@ -462,12 +502,20 @@ def tensor_tensor(dst, data1, data2, op, engine=engine.unknown, name=None):
         eng = "gpsimd" if op.name == "power" or (all_int and not any_psum) else "vector"
     if eng not in ("vector", "gpsimd"):
         raise rule_error("engine", where, f"tensor_tensor runs on vector or gpsimd, got {eng}")
+    if op.name == "power" and eng != "gpsimd":
+        raise rule_error("engine", where, f"nl.power runs on GpSimd only, got engine {eng}")
     _no_gpsimd_psum(eng, [dst, data1, data2], where)
     _dst(dst, where)
     if op.bitvec:
+        _bitvec_dtypes(op, (dst, data1, data2), where)
         a = data1.numpy().reshape(data1.partitions, -1)
         b = data2.numpy().reshape(data2.partitions, -1)
         _write(dst, op.fn(a, b).astype(dst.dtype), cast=False)
+    elif eng == "gpsimd" and all(_is_int32(t) for t in (dst, data1, data2)):
+        # GpSimd does int32/uint32 arithmetic natively (exact), wrapping to the dst width.
+        a = data1.numpy().reshape(data1.partitions, -1).astype(np.int64)
+        b = data2.numpy().reshape(data2.partitions, -1).astype(np.int64)
+        _write(dst, np.asarray(op.fn(a, b)).astype(np.int64).astype(dst.dtype), cast=False)
     else:
         _write(dst, op.fn(_pf(data1), _pf(data2)))
     return _record("tensor_tensor", eng, [data1, data2], [dst], op=op.name, name=name)
@@ -487,6 +535,8 @@ def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=N
         raise ValueError(f"{where}: operand1 must be None when op1 is None, got {operand1!r}")
     if op1 is not None:
         _op(op1, where, "op1")
+        if op1.bitvec != op0.bitvec:
+            raise rule_error("alu-op", where, f"op0={op0!r} and op1={op1!r} must both be bitvec or both arithmetic")
     if op0.unary and operand0 not in (None, 0):
         raise ValueError(f"{where}: operand0 must be None or 0 for the unary op0={op0!r}, got {operand0!r}")
     eng = _engine_name(engine, where)
@@ -519,13 +569,16 @@ def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False
     _op(op1, where, "op1")
     if op0.bitvec or op1.bitvec:
         raise rule_error("alu-op", where, "scalar_tensor_tensor takes arithmetic operators only")
+    if op1.unary:
+        raise rule_error("alu-op", where, f"op1={op1!r} is unary; op1 combines the tile operand1 and needs a binary operator")
     for t, arg in ((dst, "dst"), (data, "data"), (operand1, "operand1")):
         _on_chip(t, where, arg)
     _same_layout(data, operand1, where, "data", "operand1")
     _same_layout(dst, data, where, "dst", "data")
     if is_psum(data.buffer) and is_psum(operand1.buffer):
         raise rule_error("psum-operands", where, "data and operand1 cannot both be in PSUM")
-    val = None if op0.unary else _scalar_operand(operand0, data, where, "operand0")
+    # scalar_tensor_tensor's docs allow an operand0 tile of any dtype (tensor_scalar's must be fp32).
+    val = None if op0.unary else _scalar_operand(operand0, data, where, "operand0", fp32=False)
     _dst(dst, where)
     x = np.asarray(_apply(op0, _pf(data), val, reverse0), dtype=F32)
     y = np.asarray(_apply(op1, x, _pf(operand1), reverse1), dtype=F32)
@@ -538,6 +591,8 @@ def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None):
     where = "nisa.tensor_reduce"
     _op(op, where, "op")
     if op.reduce is None:
+        if op.name in ("logical_and", "logical_or", "logical_xor"):
+            raise not_modeled(f"tensor_reduce with op={op!r}")
         raise rule_error("reduce-op", where, f"op={op!r} is not a legal reduction operator")
     _on_chip(dst, where, "dst")
     _on_chip(data, where, "data")
@@ -553,10 +608,13 @@ def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None):
     _dst(dst, where)
     x = np.asarray(data.numpy(), dtype=F32)
     if op.bitvec:
-        r = op.reduce.reduce(data.numpy(), axis=axes)
+        _bitvec_dtypes(op, (dst, data), where)
+        r = op.reduce.reduce(np.asarray(data.numpy()).reshape(data.shape[:nd - len(axes)] + (-1,)), axis=-1)
         _write(dst, r.astype(dst.dtype), cast=False)
     else:
-        r = op.reduce.reduce(x, axis=axes, dtype=F32)
+        # The reduced axes are the last ones: fold them into one so that non-reorderable ops
+        # (subtract) reduce them in storage order.
+        r = op.reduce.reduce(x.reshape(x.shape[:nd - len(axes)] + (-1,)), axis=-1, dtype=F32)
         _write(dst, -r if negate else r)
     return _record("tensor_reduce", "vector", [data], [dst], op=op.name, name=name)
 
@@ -573,4 +631,6 @@ def reciprocal(dst, data, name=None):
 
 
 def __getattr__(attr):
+    if attr.startswith("__"):
+        raise AttributeError(f"module 'nki.isa' has no attribute {attr!r}")  # hasattr() probes
     raise not_modeled(f"nki.isa.{attr}")

@@ -46,6 +46,8 @@ class _TileSize:
     total_available_sbuf_size = memory.SBUF_PARTITION_BYTES
 
     def __getattr__(self, attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)  # Python protocol probes (copy, pickle, inspect) are not NKI names
         raise not_modeled(f"nl.tile_size.{attr} (its trn2 value is not documented)")
 
 
@@ -64,7 +66,7 @@ def ndarray(shape, dtype, buffer=sbuf, name="", address=None):
         raise ValueError(f"{where}: shape must be a tuple of positive ints, got {shape}")
     dt = check_dtype(dtype, where)
     if is_on_chip(buffer) and shape[0] > PMAX:
-        raise rule_error("partition-dim", where, f"the partition dim (shape[0]) of an {buffer.name} tensor must be "
+        raise rule_error("partition-dim", where, f"the partition dim (shape[0]) of a tensor in {buffer.name} must be "
                                                  f"<= {PMAX}, got {shape[0]}")
     run = current_run("nl.ndarray")
     alloc = Allocation(shape, dt, buffer, name, run.accounting)
@@ -125,4 +127,6 @@ def device_print(print_prefix, tensor):
 
 
 def __getattr__(attr):
+    if attr.startswith("__"):
+        raise AttributeError(f"module 'nki.language' has no attribute {attr!r}")  # hasattr() probes
     raise not_modeled(f"nki.language.{attr}")

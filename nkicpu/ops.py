@@ -62,9 +62,18 @@ BINARY = {
     "logical_and": (_cmp(np.logical_and), None), "logical_or": (_cmp(np.logical_or), None),
     "logical_xor": (_cmp(np.logical_xor), None), "power": (np.power, None),
 }
+
+
+def _logical_right_shift(x, n):
+    """nl.right_shift is a logical shift (zero fill) on every integer type; NumPy's is arithmetic on signed ones."""
+    x = np.asarray(x)
+    u = x.view(np.dtype(f"u{x.dtype.itemsize}"))
+    return np.right_shift(u, np.asarray(n).astype(u.dtype)).view(x.dtype)
+
+
 BITVEC = {
     "bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor,
-    "left_shift": np.left_shift, "right_shift": np.right_shift,
+    "left_shift": np.left_shift, "right_shift": _logical_right_shift,
 }
 UNARY_ALU = {"abs": np.abs, "rsqrt": lambda x: 1.0 / np.sqrt(x), "reciprocal": lambda x: 1.0 / x,
              "square": np.square, "relu": lambda x: np.maximum(x, 0)}

@@ -140,6 +140,13 @@ class NkiTensor:
         return self[tuple(key)]
 
     # -- reshaping views --------------------------------------------------------------------
+    def _axis(self, dim, method, extra=0):
+        """`dim` as a non-negative axis (negative counts from the end), checked against ndim (+ extra)."""
+        n = self.ndim + extra
+        if not -n <= dim < n:
+            raise IndexError(f"{self._where(method)}: dim {dim} out of range for {n} dims")
+        return dim + n if dim < 0 else dim
+
     def _check_partition_dim(self, dim, method):
         if self._on_chip and dim == 0:
             raise ValueError(f"{self._where(method)}: the partition dim (0) of an on-chip tensor cannot be changed")
@@ -153,6 +160,7 @@ class NkiTensor:
         return self._view([self.shape[d] for d in dims], [self.strides[d] for d in dims])
 
     def broadcast(self, dim, size):
+        dim = self._axis(dim, "broadcast")
         self._check_partition_dim(dim, "broadcast")
         if self.shape[dim] != 1:
             raise ValueError(f"{self._where('broadcast')}: dim {dim} must have size 1, got {self.shape[dim]}")
@@ -161,6 +169,7 @@ class NkiTensor:
         return self._view(shape, strides)
 
     def expand_dim(self, dim):
+        dim = self._axis(dim, "expand_dim", extra=1)
         self._check_partition_dim(dim, "expand_dim")
         shape, strides = list(self.shape), list(self.strides)
         shape.insert(dim, 1)
@@ -168,12 +177,14 @@ class NkiTensor:
         return self._view(shape, strides)
 
     def squeeze_dim(self, dim):
+        dim = self._axis(dim, "squeeze_dim")
         self._check_partition_dim(dim, "squeeze_dim")
         if self.shape[dim] != 1:
             raise ValueError(f"{self._where('squeeze_dim')}: dim {dim} must have size 1, got {self.shape[dim]}")
         return self._view(self.shape[:dim] + self.shape[dim + 1:], self.strides[:dim] + self.strides[dim + 1:])
 
     def reshape_dim(self, dim, shape):
+        dim = self._axis(dim, "reshape_dim")
         shape = list(shape)
         if -1 in shape:
             known = int(np.prod([s for s in shape if s != -1]))
@@ -186,6 +197,7 @@ class NkiTensor:
         return self.reshape(new)
 
     def flatten_dims(self, start_dim, end_dim):
+        start_dim, end_dim = self._axis(start_dim, "flatten_dims"), self._axis(end_dim, "flatten_dims")
         if self._on_chip and start_dim == 0:
             raise ValueError(f"{self._where('flatten_dims')}: start_dim must be > 0 for on-chip tensors")
         merged = int(np.prod(self.shape[start_dim:end_dim + 1]))
@@ -200,13 +212,19 @@ class NkiTensor:
             raise ValueError(f"{self._where('reshape')}: cannot reshape {self.size} elements into {list(shape)}")
         if self._on_chip and shape[0] != self.shape[0]:
             raise ValueError(f"{self._where('reshape')}: on-chip tensors keep partition dim {self.shape[0]}, got {list(shape)}")
-        # NumPy knows when a new shape is a pure view of the old strides: setting .shape raises if not.
+        # NumPy knows when a new shape is a pure view of the old strides (element strides as int8 byte
+        # strides of a probe that is never read).
         probe = as_strided(np.zeros(1, np.int8), shape=self.shape, strides=self.strides)
         try:
-            probe.shape = shape
-        except AttributeError:
-            raise ValueError(f"{self._where('reshape')}: the view's layout is not contiguous enough for shape {list(shape)}") from None
-        return self._view(shape, probe.strides)
+            try:
+                new_strides = np.reshape(probe, shape, copy=False).strides
+            except TypeError:  # NumPy 2.0: no copy= yet; setting .shape raises AttributeError instead
+                probe.shape = shape
+                new_strides = probe.strides
+        except (ValueError, AttributeError):
+            raise ValueError(f"{self._where('reshape')}: the view's layout is not contiguous enough for shape "
+                             f"{list(shape)} (a reshape must be a view; copy with an instruction instead)") from None
+        return self._view(shape, new_strides)
 
     def ap(self, pattern, offset=None, scalar_offset=None, vector_offset=None, indirect_dim=0, dtype=None):
         if scalar_offset is not None or vector_offset is not None:
@@ -220,6 +238,12 @@ class NkiTensor:
             raise ValueError(f"{self._where('ap')}: the first (partition) step must be the allocation's "
                              f"{self._alloc.row_elems} elements per partition, got {pattern[0][0]}")
         base = self.offset if offset is None else self.offset + int(offset)
+        if self._on_chip:
+            row = self._alloc.row_elems
+            free_last = base % row + sum((n - 1) * s for s, n in pattern[1:])
+            if free_last >= row:
+                raise ValueError(f"{self._where('ap')}: the free pattern {pattern[1:]} from element {base % row} of a "
+                                 f"partition reaches element {free_last}; a partition holds {row}")
         view = self._view([n for _, n in pattern], [s for s, _ in pattern], base)
         last = base + sum((n - 1) * s for s, n in pattern)
         if base < 0 or last >= self._alloc.data.size:

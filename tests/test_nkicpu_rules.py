@@ -1,0 +1,466 @@
+"""Every hardware rule nkicpu enforces, each against a small kernel that breaks it.
+
+A broken rule raises NkiValidationError("[rule-name] nisa.call: what and why"); each case matches
+the rule's name and the key words of its message. `test_every_enforced_rule_has_a_case` reads the
+rule names out of nkicpu's source, so a new rule without a test here fails the suite.
+
+Also here: capacity is counted over live allocations, uninitialised memory reads back as NaN /
+the int sentinel, unmodeled arguments raise NotImplementedError, torch tensors a clear TypeError.
+"""
+import pathlib
+import re
+import sys
+
+import numpy as np
+import pytest
+
+import nkicpu
+from nkicpu_testing import F32, NkiValidationError, load, nisa, nki, nl, store
+
+SBUF_BYTES = nl.tile_size.sbuf_fmax_bytes   # per partition, trn2
+PSUM_BANK_F32 = nl.tile_size.psum_bank_fmax  # fp32 elements per partition in one 2 KiB bank
+
+
+def sb(*shape, dtype=nl.float32):
+    return nl.ndarray(shape, dtype, buffer=nl.sbuf)
+
+
+def ps(*shape, dtype=nl.float32):
+    return nl.ndarray(shape, dtype, buffer=nl.psum)
+
+
+def hbm(*shape, dtype=nl.float32):
+    return nl.ndarray(shape, dtype, buffer=nl.shared_hbm)
+
+
+def mm(dst=None, s=None, m=None, **kw):
+    """nc_matmul with legal defaults for whatever a case does not set: K=32, M=8, N=16."""
+    nisa.nc_matmul(dst=ps(8, 16) if dst is None else dst, stationary=sb(32, 8) if s is None else s,
+                   moving=sb(32, 16) if m is None else m, **kw)
+
+
+def written_psum():
+    p = ps(8, 16)
+    mm(dst=p)
+    return p
+
+
+def _accumulate_after_memset():
+    p = ps(8, 16)
+    nisa.memset(dst=p, value=0.0)
+    mm(dst=p, accumulate=True)
+
+
+def _keep_all_live(n, shape, buffer):
+    tiles = []
+    for _ in range(n):
+        tiles.append(nl.ndarray(shape, nl.float32, buffer=buffer))
+
+
+def _two_live_tiles_overflow_sbuf():
+    half = SBUF_BYTES // 4 // 2 + 1   # fp32 elements: each tile a bit over half a partition
+    a = sb(128, half)
+    b = sb(128, half)  # noqa: F841
+
+
+CASES = [
+    # (rule, key words of the message, a kernel body that breaks it)
+    ("partition-dim", r"partition dim .*<= 128, got 129", lambda: sb(129, 4)),
+    ("partition-dim", r"partition dim \(shape\[0\]\) of a tensor in psum must be <= 128, got 256", lambda: ps(256, 2)),
+    ("on-chip-operand", r"src must be in SBUF or PSUM, got shared_hbm",
+     lambda: nisa.tensor_copy(dst=sb(4, 4), src=hbm(4, 4))),
+    ("partition-contiguous", r"src must address consecutive partitions",
+     lambda: nisa.tensor_copy(dst=sb(4, 4), src=sb(8, 4)[0:8:2, :])),
+    ("dst-broadcast", r"stride-0 \(broadcast\) dim",
+     lambda: nisa.tensor_copy(dst=sb(4, 1).broadcast(1, 4), src=sb(4, 4))),
+    ("dst-broadcast", r"stride-0 \(broadcast\) dim",
+     lambda: nisa.dma_copy(dst=hbm(1, 4).ap([[0, 4], [1, 4]]), src=sb(4, 4))),
+    ("operand-shape", r"dst and src must have the same partitions and elements per partition.*4x5",
+     lambda: nisa.tensor_copy(dst=sb(4, 4), src=sb(4, 5))),
+    ("operand-shape", r"data1 and data2 must have the same partitions",
+     lambda: nisa.tensor_tensor(dst=sb(8, 4), data1=sb(8, 4), data2=sb(4, 4), op=nl.add)),
+    ("operand-shape", r"dst must be \[6, 4\]",
+     lambda: nisa.nc_transpose(dst=sb(4, 6), data=sb(4, 6), engine=nisa.engine.vector)),
+    ("operand-shape", r"dst must have 8 partitions and 4 elements per partition",
+     lambda: nisa.tensor_reduce(dst=sb(8, 1), op=nl.add, data=sb(8, 4, 6), axis=2)),
+    ("gpsimd-psum", r"GpSimd cannot access PSUM",
+     lambda: nisa.tensor_copy(dst=sb(4, 4), src=ps(4, 4), engine=nisa.engine.gpsimd)),
+    ("gpsimd-psum", r"GpSimd cannot access PSUM",
+     lambda: nisa.memset(dst=ps(4, 4), value=0.0, engine=nisa.engine.gpsimd)),
+    ("gpsimd-psum", r"GpSimd cannot access PSUM",
+     lambda: nisa.tensor_tensor(dst=sb(4, 4), data1=ps(4, 4), data2=sb(4, 4), op=nl.power)),
+    ("gpsimd-psum", r"GpSimd cannot access PSUM",
+     lambda: nisa.tensor_scalar(dst=sb(4, 4), data=ps(4, 4), op0=nl.rsqrt, operand0=0.0, engine=nisa.engine.gpsimd)),
+    ("gpsimd-psum", r"iota runs on GpSimd and writes SBUF only",
+     lambda: nisa.iota(dst=ps(4, 4, dtype=nl.int32), pattern=[[1, 4]])),
+    ("dma-psum", r"DMA never reads PSUM", lambda: nisa.dma_copy(dst=hbm(4, 4), src=ps(4, 4))),
+    ("dma-psum", r"dst is in PSUM", lambda: nisa.dma_copy(dst=ps(4, 4), src=hbm(4, 4))),
+    ("dma-size", r"dst has 16 elements .*src 20", lambda: nisa.dma_copy(dst=sb(4, 4), src=hbm(4, 5))),
+    ("hwdge-dtype", r"hwdge needs equal dtypes, got bfloat16 -> float32",
+     lambda: nisa.dma_copy(dst=sb(4, 4), src=hbm(4, 4, dtype=nl.bfloat16), dge_mode=nisa.dge_mode.hwdge)),
+    ("dma-engine", r"trigger engine of a hwdge DMA only",
+     lambda: nisa.dma_copy(dst=sb(4, 4), src=hbm(4, 4), engine=nisa.engine.sync)),
+    ("dma-engine", r"engine.sync or engine.scalar, got engine.vector",
+     lambda: nisa.dma_copy(dst=sb(4, 4), src=hbm(4, 4), dge_mode=nisa.dge_mode.hwdge, engine=nisa.engine.vector)),
+    ("memset-value", r"value must be a float for a float32 dst, got 0", lambda: nisa.memset(dst=sb(4, 4), value=0)),
+    ("memset-value", r"value must be an int for a int32 dst, got 1.5",
+     lambda: nisa.memset(dst=sb(4, 4, dtype=nl.int32), value=1.5)),
+    ("memset-value", r"value must be an int .*got True",
+     lambda: nisa.memset(dst=sb(4, 4, dtype=nl.int32), value=True)),
+    ("iota-size", r"make 5 elements per partition; dst has 4",
+     lambda: nisa.iota(dst=sb(4, 4, dtype=nl.int32), pattern=[[1, 5]])),
+    ("matmul-inputs-sbuf", r"stationary and moving must be in SBUF, got sbuf and psum", lambda: mm(m=ps(32, 16))),
+    ("matmul-dst-psum", r"dst must be a PSUM tile, got sbuf", lambda: mm(dst=sb(8, 16))),
+    ("matmul-dst-fp32", r"dst must be float32 on trn2, got bfloat16", lambda: mm(dst=ps(8, 16, dtype=nl.bfloat16))),
+    ("matmul-dtypes", r"fp32 only with fp32", lambda: mm(s=sb(32, 8), m=sb(32, 16, dtype=nl.bfloat16))),
+    ("matmul-dtypes", r"inputs \['int8'\]",
+     lambda: mm(s=sb(32, 8, dtype=nl.int8), m=sb(32, 16, dtype=nl.int8))),
+    ("matmul-contraction", r"share the contraction \(partition\) size, got 64 and 32", lambda: mm(s=sb(64, 8))),
+    ("matmul-stationary-free", r"stationary free size must be <= 128, got 129",
+     lambda: mm(dst=ps(128, 16), s=sb(32, 129))),
+    ("matmul-moving-free", r"moving free size must be <= 512 \(one PSUM bank\), got 513",
+     lambda: mm(dst=ps(8, 513), m=sb(32, 513))),
+    ("matmul-dst-shape", r"dst must be \[8, 16\]", lambda: mm(dst=ps(8, 32))),
+    ("psum-bank", r"within one 2 KiB PSUM bank", lambda: mm(dst=ps(8, 1024)[:, 504:520])),
+    ("psum-bank", r"within one 2 KiB PSUM bank",
+     lambda: nisa.nc_transpose(dst=ps(64, 1024)[:, 500:564], data=sb(64, 64), engine=nisa.engine.tensor)),
+    ("matmul-tiling", r"tile_position and tile_size must be set together", lambda: mm(tile_position=(0, 0))),
+    ("matmul-tiling", r"tile_size entries must be 32, 64 or 128", lambda: mm(tile_position=(0, 0), tile_size=(48, 128))),
+    ("matmul-tiling", r"must be a multiple of tile_size", lambda: mm(tile_position=(16, 0), tile_size=(32, 128))),
+    ("matmul-tiling", r"stationary tile \[64, 8\] must fit tile_size \(32, 128\)",
+     lambda: mm(s=sb(64, 8), m=sb(64, 16), tile_position=(0, 0), tile_size=(32, 128))),
+    ("matmul-accumulate", r"accumulate=True onto PSUM that no matmul has written", lambda: mm(accumulate=True)),
+    ("matmul-accumulate", r"\(memset or uninitialised\) is undefined", _accumulate_after_memset),
+    ("transpose-buffers", r"TensorE transpose reads SBUF and writes PSUM",
+     lambda: nisa.nc_transpose(dst=sb(64, 64), data=sb(64, 64), engine=nisa.engine.tensor)),
+    ("transpose-size", r"TensorE transposes at most \[128, 128\], got \[64, 129\]",
+     lambda: nisa.nc_transpose(dst=ps(128, 64), data=sb(64, 129))),
+    ("transpose-size", r"VectorE transposes at most \[32, 32\], got \[16, 33\]",
+     lambda: nisa.nc_transpose(dst=sb(33, 16), data=sb(16, 33), engine=nisa.engine.vector)),
+    ("transpose-dtype", r"dst dtype must equal data dtype bfloat16, got float32",
+     lambda: nisa.nc_transpose(dst=ps(64, 64), data=sb(64, 64, dtype=nl.bfloat16))),
+    ("activation-function", r"op=nl.add is not a ScalarE activation function",
+     lambda: nisa.activation(dst=sb(8, 4), op=nl.add, data=sb(8, 4))),
+    ("activation-bias", r"bias must be a \[8, 1\] tile, got \[8, 2\]",
+     lambda: nisa.activation(dst=sb(8, 4), op=nl.exp, data=sb(8, 4), bias=sb(8, 2))),
+    ("activation-reduce-op", r"reduce_op must be nl.add, got nl.maximum",
+     lambda: nisa.activation(dst=sb(8, 4), op=nl.exp, data=sb(8, 4), reduce_op=nl.maximum,
+                             reduce_cmd=nisa.reduce_cmd.reset_reduce)),
+    ("activation-reduce-op", r"reduce_cmd=reduce needs reduce_op=nl.add",
+     lambda: nisa.activation(dst=sb(8, 4), op=nl.exp, data=sb(8, 4), reduce_cmd=nisa.reduce_cmd.reduce)),
+    ("activation-reduce-res", r"reduce_res must be a \[8, 1\] tile, got \[8, 2\]",
+     lambda: nisa.activation_reduce(dst=sb(8, 4), op=nl.exp, data=sb(8, 4), reduce_op=nl.add, reduce_res=sb(8, 2))),
+    ("scalar-operand", r"operand0 must be a scalar or a \[8, 1\] tile, got \[8, 2\]",
+     lambda: nisa.tensor_scalar(dst=sb(8, 4), data=sb(8, 4), op0=nl.add, operand0=sb(8, 2))),
+    ("scalar-operand", r"operand0 must be a scalar or a \[8, 1\] tile, got \[4, 1\]",
+     lambda: nisa.tensor_scalar(dst=sb(8, 4), data=sb(8, 4), op0=nl.add, operand0=sb(4, 1))),
+    ("scalar-operand", r"operand1 tile must be float32, got bfloat16",
+     lambda: nisa.tensor_scalar(dst=sb(8, 4), data=sb(8, 4), op0=nl.add, operand0=1.0, op1=nl.add,
+                                operand1=sb(8, 1, dtype=nl.bfloat16))),
+    ("scalar-operand", r"scale tile must be float32, got bfloat16",
+     lambda: nisa.activation(dst=sb(8, 4), op=nl.exp, data=sb(8, 4), scale=sb(8, 1, dtype=nl.bfloat16))),
+    ("scalar-operand", r"operand0 must be a scalar or a \[8, 1\] tile",
+     lambda: nisa.scalar_tensor_tensor(dst=sb(8, 4), data=sb(8, 4), op0=nl.multiply, operand0=sb(8, 4),
+                                       op1=nl.add, operand1=sb(8, 4))),
+    ("alu-op", r"op=nl.exp is not an ALU operator",
+     lambda: nisa.tensor_tensor(dst=sb(8, 4), data1=sb(8, 4), data2=sb(8, 4), op=nl.exp)),
+    ("alu-op", r"op=nl.abs is unary; tensor_tensor needs a binary operator",
+     lambda: nisa.tensor_tensor(dst=sb(8, 4), data1=sb(8, 4), data2=sb(8, 4), op=nl.abs)),
+    ("alu-op", r"arithmetic operators only",
+     lambda: nisa.scalar_tensor_tensor(dst=sb(8, 4, dtype=nl.int32), data=sb(8, 4, dtype=nl.int32), op0=nl.bitwise_and,
+                                       operand0=3, op1=nl.add, operand1=sb(8, 4, dtype=nl.int32))),
+    ("alu-op", r"op1=nl.rsqrt is unary",
+     lambda: nisa.scalar_tensor_tensor(dst=sb(8, 4), data=sb(8, 4), op0=nl.multiply, operand0=2.0,
+                                       op1=nl.rsqrt, operand1=sb(8, 4))),
+    ("alu-op", r"must both be bitvec or both arithmetic",
+     lambda: nisa.tensor_scalar(dst=sb(8, 4, dtype=nl.int32), data=sb(8, 4, dtype=nl.int32), op0=nl.add,
+                                operand0=1.0, op1=nl.bitwise_and, operand1=1.0)),
+    ("alu-op", r"op0=nl.square is an ALU operator on trn3 only",
+     lambda: nisa.tensor_scalar(dst=sb(8, 4), data=sb(8, 4), op0=nl.square, operand0=None)),
+    ("alu-op", r"op0=nl.relu is an ALU operator on trn3 only",
+     lambda: nisa.tensor_scalar(dst=sb(8, 4), data=sb(8, 4), op0=nl.relu, operand0=0)),
+    ("bitvec-dtype", r"bitvec operator nl.bitwise_and needs integer tiles, got \['float32'\]",
+     lambda: nisa.tensor_tensor(dst=sb(8, 4), data1=sb(8, 4), data2=sb(8, 4), op=nl.bitwise_and)),
+    ("bitvec-dtype", r"bitvec operator nl.bitwise_or needs integer tiles",
+     lambda: nisa.tensor_reduce(dst=sb(8, 1, dtype=nl.int32), op=nl.bitwise_or, data=sb(8, 4), axis=1)),
+    ("no-divide", r"no divide ALU op .*multiply by nisa.reciprocal",
+     lambda: nisa.tensor_tensor(dst=sb(8, 4), data1=sb(8, 4), data2=sb(8, 4), op=nl.divide)),
+    ("no-divide", r"no divide ALU op",
+     lambda: nisa.tensor_scalar(dst=sb(8, 4), data=sb(8, 4), op0=nl.divide, operand0=2.0)),
+    ("psum-operands", r"data1 and data2 cannot both be in PSUM",
+     lambda: nisa.tensor_tensor(dst=sb(8, 4), data1=ps(8, 4), data2=ps(8, 4), op=nl.add)),
+    ("psum-operands", r"data and operand1 cannot both be in PSUM",
+     lambda: nisa.scalar_tensor_tensor(dst=sb(8, 4), data=ps(8, 4), op0=nl.multiply, operand0=2.0, op1=nl.add,
+                                       operand1=ps(8, 4))),
+    ("scalar-engine-ops", r"only \(multiply, add\), \(multiply, None\), \(add, None\); got \('subtract', None\)",
+     lambda: nisa.tensor_scalar(dst=sb(8, 4), data=sb(8, 4), op0=nl.subtract, operand0=1.0, engine=nisa.engine.scalar)),
+    ("scalar-engine-ops", r"got \('add', 'multiply'\)",
+     lambda: nisa.tensor_scalar(dst=sb(8, 4), data=sb(8, 4), op0=nl.add, operand0=1.0, op1=nl.multiply,
+                                operand1=2.0, engine=nisa.engine.scalar)),
+    ("gpsimd-ops", r"allowed only for rsqrt, got \('add', None\)",
+     lambda: nisa.tensor_scalar(dst=sb(8, 4), data=sb(8, 4), op0=nl.add, operand0=1.0, engine=nisa.engine.gpsimd)),
+    ("engine", r"tensor_copy runs on vector, scalar or gpsimd, got tensor",
+     lambda: nisa.tensor_copy(dst=sb(4, 4), src=sb(4, 4), engine=nisa.engine.tensor)),
+    ("engine", r"memset runs on vector or gpsimd, got scalar",
+     lambda: nisa.memset(dst=sb(4, 4), value=0.0, engine=nisa.engine.scalar)),
+    ("engine", r"nc_transpose runs on tensor or vector, got gpsimd",
+     lambda: nisa.nc_transpose(dst=sb(4, 4), data=sb(4, 4), engine=nisa.engine.gpsimd)),
+    ("engine", r"tensor_tensor runs on vector or gpsimd, got scalar",
+     lambda: nisa.tensor_tensor(dst=sb(4, 4), data1=sb(4, 4), data2=sb(4, 4), op=nl.add, engine=nisa.engine.scalar)),
+    ("engine", r"nl.power runs on GpSimd only, got engine vector",
+     lambda: nisa.tensor_tensor(dst=sb(4, 4), data1=sb(4, 4), data2=sb(4, 4), op=nl.power, engine=nisa.engine.vector)),
+    ("engine", r"tensor_scalar runs on vector, scalar or gpsimd, got tensor",
+     lambda: nisa.tensor_scalar(dst=sb(4, 4), data=sb(4, 4), op0=nl.add, operand0=1.0, engine=nisa.engine.tensor)),
+    ("reduce-op", r"op=nl.equal is not a legal reduction operator",
+     lambda: nisa.tensor_reduce(dst=sb(8, 1), op=nl.equal, data=sb(8, 4), axis=1)),
+    ("reduce-axis", r"never 0\), got 0", lambda: nisa.tensor_reduce(dst=sb(8, 1), op=nl.add, data=sb(8, 4), axis=0)),
+    ("reduce-axis", r"last contiguous free dims of a 3-d tile .*got 1",
+     lambda: nisa.tensor_reduce(dst=sb(8, 6), op=nl.add, data=sb(8, 4, 6), axis=1)),
+    ("reduce-axis", r"got \(1, 3\)",
+     lambda: nisa.tensor_reduce(dst=sb(8, 3), op=nl.add, data=sb(8, 2, 3, 4), axis=(1, 3))),
+    ("sbuf-capacity", rf"needs {SBUF_BYTES + 4} B per partition but only {SBUF_BYTES} B",
+     lambda: sb(128, SBUF_BYTES // 4 + 1)),
+    ("sbuf-capacity", rf"of {SBUF_BYTES} B \(trn2 SBUF\) are free in live allocations", _two_live_tiles_overflow_sbuf),
+    ("psum-capacity", rf"needs {nl.tile_size.psum_num_banks + 1} bank\(s\) of 2 KiB per partition but trn2 PSUM "
+                      rf"has {nl.tile_size.psum_num_banks} banks",
+     lambda: ps(128, 8 * PSUM_BANK_F32 + 1)),
+    ("psum-capacity", r"0 are free in live allocations",
+     lambda: _keep_all_live(9, (128, PSUM_BANK_F32), nl.psum)),
+]
+
+
+@pytest.mark.parametrize("rule,words,body", CASES, ids=[c[0] for c in CASES])
+def test_rule(rule, words, body):
+    with pytest.raises(NkiValidationError, match=re.escape(f"[{rule}]") + ".*" + words):
+        nki.simulate(nki.jit(body))()
+
+
+def enforced_rules():
+    src = pathlib.Path(nkicpu.__file__).parent
+    names = set()
+    for f in src.glob("*.py"):
+        names |= set(re.findall(r'rule_error\(\s*"([a-z0-9-]+)"', f.read_text()))
+    return names
+
+
+def test_every_enforced_rule_has_a_case():
+    covered = {c[0] for c in CASES} | {"output-shared-hbm", "kernel-arguments"}   # these two are tested below
+    assert enforced_rules() <= covered, f"rules without a test: {sorted(enforced_rules() - covered)}"
+
+
+@pytest.mark.parametrize("buffer", ["sbuf", "hbm", "private_hbm"])
+def test_output_must_be_shared_hbm(buffer):
+    @nki.jit
+    def k(x):
+        t = nl.ndarray(x.shape, x.dtype, buffer=getattr(nl, buffer))
+        nisa.dma_copy(dst=t, src=x)
+        return t
+
+    with pytest.raises(NkiValidationError, match=r"\[output-shared-hbm\] k: output 0 .*buffer=nl.shared_hbm"):
+        nki.simulate(k)(np.zeros((4, 4), F32))
+
+
+def test_kernel_arguments_are_not_lists_and_signatures_have_no_keyword_only_params():
+    @nki.jit
+    def k(x, shape):
+        return store(load(x))
+
+    @nki.jit
+    def kw(x, *, scale=1.0):
+        return store(load(x))
+
+    x = np.zeros((2, 2), F32)
+    assert nki.simulate(k)(x, (2, 2)).shape == (2, 2)           # a tuple is a compile-time constant
+    with pytest.raises(NkiValidationError, match=r"\[kernel-arguments\] k: argument 1 is a list; .*tuples"):
+        nki.simulate(k)(x, [2, 2])
+    with pytest.raises(NkiValidationError, match=r"\[kernel-arguments\] kw: keyword-only parameters \['scale'\]"):
+        nki.simulate(kw)(x)
+
+
+def test_checks_hold_for_what_the_tile_size_constants_allow():
+    """The documented maxima pass; one more fails (the constants and the rules agree)."""
+    K, M, N = nl.tile_size.pmax, nl.tile_size.gemm_stationary_fmax, nl.tile_size.gemm_moving_fmax
+
+    def body(m_free, n_free):
+        mm(dst=ps(min(m_free, K), n_free), s=sb(K, m_free), m=sb(K, n_free))  # dst cannot exceed 128 partitions
+
+    @nki.jit
+    def at_the_limits():
+        body(M, N)
+        return store(sb(1, 1))
+
+    mms = [i for i in nkicpu.capture(at_the_limits)().instructions if i.opcode == "nc_matmul"]
+    assert [(i.args["K"], i.args["M"], i.args["N"]) for i in mms] == [(K, M, N)]
+    with pytest.raises(NkiValidationError, match="matmul-moving-free"):
+        nki.simulate(nki.jit(lambda: body(M, N + 1)))()
+    with pytest.raises(NkiValidationError, match="matmul-stationary-free"):
+        nki.simulate(nki.jit(lambda: body(M + 1, N)))()
+
+
+# -- capacity over live allocations -----------------------------------------------------------
+
+def test_sbuf_capacity_counts_live_allocations_only():
+    free = SBUF_BYTES // 4 // 2 - 64     # fp32 elements: two such tiles fit in a partition, three do not
+    tile_bytes = free * 4
+
+    @nki.jit
+    def rotate(x):
+        for i in range(4):                          # each iteration drops the previous tile
+            t = nl.ndarray((128, free), nl.float32)
+            nisa.memset(dst=t, value=float(i))
+        out = nl.ndarray((1, 1), nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t[0:1, 0:1])
+        return out
+
+    c = nkicpu.capture(rotate)(np.zeros(1, F32))
+    assert c.outputs[0, 0] == 3.0
+    assert tile_bytes <= c.peak_sbuf_bytes < 3 * tile_bytes
+
+    @nki.jit
+    def hoard(x):
+        kept = []
+        for i in range(3):
+            kept.append(nl.ndarray((128, free), nl.float32))
+
+    with pytest.raises(NkiValidationError, match=r"\[sbuf-capacity\]"):
+        nki.simulate(hoard)(np.zeros(1, F32))
+
+
+def test_psum_capacity_counts_live_allocations_only():
+    @nki.jit
+    def rotate(s, m):
+        out = nl.ndarray((20, 8, 16), nl.float32, buffer=nl.shared_hbm)
+        st, mv = load(s), load(m)
+        for i in range(20):                         # 20 accumulation groups, one bank each, 8 banks in PSUM
+            p = nl.ndarray((8, 16), nl.float32, buffer=nl.psum)
+            nisa.nc_matmul(dst=p, stationary=st, moving=mv)
+            r = nl.ndarray((8, 16), nl.float32)
+            nisa.tensor_copy(dst=r, src=p)
+            nisa.dma_copy(dst=out[i], src=r)
+        return out
+
+    s, m = np.ones((32, 8), F32), np.ones((32, 16), F32)
+    c = nkicpu.capture(rotate)(s, m)
+    assert np.all(c.outputs == 32.0)
+    assert c.peak_psum_banks <= 2
+
+    with pytest.raises(NkiValidationError, match=r"\[psum-capacity\]"):
+        nki.simulate(nki.jit(lambda: _keep_all_live(nl.tile_size.psum_num_banks + 1, (8, 16), nl.psum)))()
+
+
+# -- uninitialised memory ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype,buffer", [(nl.float32, nl.sbuf), (nl.bfloat16, nl.sbuf), (nl.float32, nl.psum),
+                                          (nl.int32, nl.sbuf), (nl.uint8, nl.sbuf)])
+def test_uninitialised_reads_show_up(dtype, buffer):
+    @nki.jit
+    def k(x):
+        t = nl.ndarray((4, 8), dtype, buffer=buffer)     # never written
+        s = nl.ndarray((4, 8), dtype)
+        nisa.tensor_copy(dst=s, src=t)
+        return store(s)
+
+    got = nki.simulate(k)(np.zeros(1, F32))
+    if np.issubdtype(got.dtype, np.integer):
+        assert np.all(got == nkicpu.memory.INT_SENTINEL) and nkicpu.memory.INT_SENTINEL == 4  # the SDK simulator's
+    else:
+        assert np.all(np.isnan(got.astype(F32)))
+
+
+def test_uninitialised_output_region_is_nan():
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((4, 8), nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out[:, 0:4], src=load(x))      # the right half is never written
+        return out
+
+    got = nki.simulate(k)(np.ones((4, 4), F32))
+    assert np.all(got[:, :4] == 1) and np.all(np.isnan(got[:, 4:]))
+
+
+# -- what nkicpu does not model ---------------------------------------------------------------
+
+def _select_dynamic():
+    t = sb(8, 4)
+    t.select(1, sb(1, 1, dtype=nl.int32))
+
+
+UNMODELED = [
+    ("is_transpose", lambda: mm(is_transpose=True)),
+    ("perf_mode", lambda: mm(perf_mode=nisa.matmul_perf_mode.double_row)),
+    ("oob_mode", lambda: nisa.dma_copy(dst=sb(4, 4), src=hbm(4, 4), oob_mode=nisa.oob_mode.skip)),
+    ("priority", lambda: nisa.dma_copy(dst=sb(4, 4), src=hbm(4, 4), priority=0)),
+    ("address", lambda: nl.ndarray((4, 4), nl.float32, address=(0, 0))),
+    ("scalar_offset", lambda: hbm(4, 4).ap([[4, 4], [1, 4]], scalar_offset=sb(1, 1, dtype=nl.int32))),
+    ("ap dtype", lambda: sb(4, 4).ap([[4, 4], [1, 4]], dtype=nl.int32)),
+    ("view", lambda: sb(4, 4).view(nl.int32)),
+    ("rearrange", lambda: sb(4, 6).rearrange(("p", ("a", "b")), ("p", "b", "a"), {"a": 2})),
+    ("dynamic select", _select_dynamic),
+    ("negative step", lambda: sb(4, 6)[:, ::-1]),
+    ("load_reduce", lambda: nisa.activation(dst=sb(8, 4), op=nl.exp, data=sb(8, 4), reduce_op=nl.add,
+                                            reduce_cmd=nisa.reduce_cmd.load_reduce)),
+    ("bitvec tensor_scalar", lambda: nisa.tensor_scalar(dst=sb(8, 4, dtype=nl.int32), data=sb(8, 4, dtype=nl.int32),
+                                                        op0=nl.bitwise_and, operand0=1.0)),
+    ("logical reduce", lambda: nisa.tensor_reduce(dst=sb(8, 1), op=nl.logical_and, data=sb(8, 4), axis=1)),
+    ("nl wrapper call", lambda: nl.add(sb(4, 4), sb(4, 4))),
+    ("nisa instruction", lambda: nisa.dma_transpose(dst=sb(4, 4), src=hbm(4, 4))),
+    ("nl name", lambda: nl.gelu),
+    ("tile_size", lambda: nl.tile_size.psum_min_align),
+]
+
+
+@pytest.mark.parametrize("what,body", UNMODELED, ids=[u[0] for u in UNMODELED])
+def test_unmodeled_raises_not_implemented(what, body):
+    with pytest.raises(NotImplementedError, match="nkicpu does not model"):
+        nki.simulate(nki.jit(body))()
+
+
+def test_unmodeled_jit_options_and_launch_grids():
+    with pytest.raises(NotImplementedError, match=r"nki.jit options \['mode'\]"):
+        nki.jit(mode="auto")(lambda: None)
+    with pytest.raises(NotImplementedError, match="SPMD / LNC launch grids"):
+        nki.jit(lambda: None)[2]
+
+
+def test_python_protocol_probes_are_attribute_errors():
+    """hasattr() / copy / inspect probe dunder names; they must not look like NKI names."""
+    assert not hasattr(nl, "__wrapped__") and not hasattr(nisa, "__wrapped__")
+    assert not hasattr(nl.tile_size, "__deepcopy__")
+
+
+class Tensor:
+    """Stands in for torch.Tensor (nkicpu recognises torch objects by their module) when torch is not loaded."""
+    __module__ = "torch"
+
+
+RAW_ENUMS = [
+    ("engine", lambda: nisa.tensor_copy(dst=sb(4, 4), src=sb(4, 4), engine=5)),
+    ("dge_mode", lambda: nisa.dma_copy(dst=sb(4, 4), src=hbm(4, 4), dge_mode=3)),
+    ("oob_mode", lambda: nisa.dma_copy(dst=sb(4, 4), src=hbm(4, 4), oob_mode=0)),
+    ("reduce_cmd", lambda: nisa.activation(dst=sb(8, 4), op=nl.exp, data=sb(8, 4), reduce_op=nl.add, reduce_cmd=3)),
+    ("perf_mode", lambda: mm(perf_mode="none")),
+]
+
+
+@pytest.mark.parametrize("arg,body", RAW_ENUMS, ids=[r[0] for r in RAW_ENUMS])
+def test_raw_enum_constants_are_rejected(arg, body):
+    """NKI 0.3.0: raw integer enum constants are rejected (e.g. dge_mode=3 for dge_mode.none)."""
+    with pytest.raises(TypeError, match=rf"{arg} must be a nisa.\w+ member, got .*raw integer enum constants"):
+        nki.simulate(nki.jit(body))()
+
+
+def test_string_buffer_names_are_rejected():
+    with pytest.raises(TypeError, match="buffer must be nl.sbuf, nl.psum"):
+        nki.simulate(nki.jit(lambda: nl.ndarray((4, 4), nl.float32, buffer="sbuf")))()
+
+
+def test_torch_tensor_argument_is_a_clear_type_error():
+    torch = sys.modules.get("torch")   # importing torch costs seconds; the full suite has loaded it already
+    x = torch.zeros(4, 4) if torch is not None else Tensor()
+
+    @nki.jit
+    def k(a, x):
+        return store(load(x))
+
+    with pytest.raises(TypeError, match="argument 1 is a torch tensor; pass NumPy arrays"):
+        nki.simulate(k)(np.zeros(2, F32), x)
