@@ -1,0 +1,127 @@
+"""Reduce a real Neuron Explorer capture to the event list a `Profile` is made of.
+
+On a trn instance, `neuron-explorer` writes a processed profile as Parquet tables (the default)
+or, with `--output-format json`, as JSON. This module reads either and returns events in the
+shape `nkicpu.profile` uses (lane, name, start_us, dur_us, args), so the same summary, timeline
+and Perfetto trace show real data. The field names follow the documentation (aws-neuron-sdk
+repository, release 2.32):
+
+- Parquet, tools/neuron-explorer/profile-schema-reference.rst: the `Instruction` table (one row per
+  compute-engine instruction: start_ts, end_ts, duration_ns in ns; engine, e.g. "tensor";
+  timeline_track, e.g. "TensorMatrix"; opcode; operands ...) and the `DmaPacketAggregated` table
+  (one row per DMA transfer: start_ts, end_ts, queue_name, queue_idx, transfer_bytes, ...).
+  Large tables may be split into numbered files (tools/neuron-explorer/how-to-analyze-profile-output.rst).
+- JSON, archive/profiler/neuron-profile-user-guide.rst ("JSON"): {"summary": [...],
+  "instruction": [{"timestamp": ns, "duration": ns, "label": "TensorMatrix", "opcode": ...}]}.
+
+Lanes: the matmul row (TensorMatrix, opcode MATMUL) is "TensorE", as the whole matmul is in the
+model; LoadStationary (LDWEIGHTS) rows go to their own lane, "TensorE load". Vector, Scalar (ACT),
+GpSimd (Pool) and Sync map to "VectorE", "ScalarE", "GpSimd", "SyncE"; a DMA queue is
+"DMA <queue name>". Semaphore instructions are the engine waiting (Explorer's ActiveTime excludes
+semaphore waits), so they are dropped. Times start at 0 at the first event.
+
+Reading Parquet needs pandas and pyarrow, which this project does not install; JSON needs only
+the standard library.
+"""
+import glob
+import json
+import os
+
+from .profile import Profile
+
+MEASURED = "measured on trn2 (neuron-explorer)"
+
+_ENGINES = {"vector": "VectorE", "vectore": "VectorE", "dve": "VectorE",
+            "scalar": "ScalarE", "scalare": "ScalarE", "act": "ScalarE", "activation": "ScalarE",
+            "gpsimd": "GpSimd", "gpsimde": "GpSimd", "pool": "GpSimd", "pooling": "GpSimd",
+            "sync": "SyncE", "synce": "SyncE", "sp": "SyncE"}
+_LOAD_STATIONARY = {"LDWEIGHTS", "LOADSTATIONARY", "LOAD_STATIONARY"}
+_ARG_FIELDS = ("operands", "bir_instruction_name", "nki_source_location", "hlo_name", "pc")
+
+
+def _present(value):
+    """Set in the row: pandas gives NaN, not None, for a missing value."""
+    return value is not None and value == value
+
+
+def _lane(engine, track, opcode):
+    """Our lane for an instruction row, from its timeline track (or engine) and opcode."""
+    key = next((v.strip() for v in (track, engine) if isinstance(v, str) and v.strip()), "")
+    low = key.lower()
+    if low.startswith("tensor") or low == "pe":
+        return "TensorE load" if opcode.upper() in _LOAD_STATIONARY else "TensorE"
+    if low in _ENGINES:
+        return _ENGINES[low]
+    if low.startswith("q") or "dma" in low:  # DMA queues are named like qSyncIO0 in the timeline
+        return f"DMA {key}"
+    return key or "unknown"
+
+
+def _plain(value):
+    """A JSON-friendly Python value (Parquet gives NumPy scalars)."""
+    return value.item() if hasattr(value, "item") else value
+
+
+def _span_ns(row):
+    start = int(row["start_ts"])
+    end = int(row["end_ts"]) if _present(row.get("end_ts")) else start + int(row["duration_ns"])
+    return start, end
+
+
+def reduce_rows(instructions, dma=()):
+    """Events from rows of the `Instruction` and `DmaPacketAggregated` tables (dicts by field name)."""
+    raw = []
+    for row in instructions:
+        opcode = str(row.get("opcode", ""))
+        if "SEMAPHORE" in opcode.upper():
+            continue
+        lane = _lane(row.get("engine"), row.get("timeline_track"), opcode)
+        args = {k: _plain(row[k]) for k in _ARG_FIELDS if _present(row.get(k))}
+        raw.append((lane, opcode, *_span_ns(row), args))
+    for row in dma:
+        queue = row["queue_name"] if _present(row.get("queue_name")) else f"q{row['queue_idx']}"
+        args = {k: _plain(row[k]) for k in ("transfer_bytes", "source", "dest", "variable") if _present(row.get(k))}
+        name = next((str(row[k]) for k in ("variable", "op") if _present(row.get(k))), "dma")
+        raw.append((f"DMA {queue}", name, *_span_ns(row), args))
+    t0 = min((start for _, _, start, _, _ in raw), default=0)
+    return [{"lane": lane, "name": name, "start_us": (start - t0) / 1000, "dur_us": (end - start) / 1000,
+             "args": args} for lane, name, start, end, args in raw]
+
+
+def read_json(path):
+    """Events from `neuron-explorer view --output-format json` output (its "instruction" list)."""
+    with open(path) as f:
+        data = json.load(f)
+    rows = [{"start_ts": r["timestamp"], "duration_ns": r["duration"], "timeline_track": r.get("label"),
+             **{k: r[k] for k in ("opcode", "operands", "hlo_name") if k in r}}
+            for r in data["instruction"]]
+    return reduce_rows(rows)
+
+
+def _read_table(directory, table):
+    import pandas as pd
+    paths = sorted(glob.glob(os.path.join(directory, f"{table}*.parquet")))  # split tables: Table_0, Table_1 ...
+    return [row for p in paths for row in pd.read_parquet(p).to_dict("records")]
+
+
+def read_parquet(directory):
+    """Events from a processed profile directory (Instruction*.parquet, DmaPacketAggregated*.parquet)."""
+    try:
+        import pandas  # noqa: F401
+        import pyarrow  # noqa: F401
+    except ImportError as e:
+        raise ImportError(f"nkicpu.explorer.read_parquet needs pandas and pyarrow to read Neuron Explorer's "
+                          f"Parquet tables ({e}); `pip install pandas pyarrow`, or export the profile with "
+                          f"`neuron-explorer view --output-format json` and use read_json") from e
+    rows = _read_table(directory, "Instruction")
+    if not rows:
+        raise FileNotFoundError(f"no Instruction*.parquet in {directory}")
+    return reduce_rows(rows, _read_table(directory, "DmaPacketAggregated"))
+
+
+def load(path, label=MEASURED):
+    """A `Profile` of a Neuron Explorer export: a JSON file or a directory of Parquet tables.
+
+    Only call data from a real capture "measured"; pass another label for anything else."""
+    events = read_parquet(path) if os.path.isdir(path) else read_json(path)
+    return Profile.from_events(events, label)
