@@ -1,0 +1,576 @@
+"""Stage 4 of the GDN decode step: the gates and the single-token gated delta rule.
+
+Per (batch b, value head h) pair the recurrent state S is a [dk, dv] fp32 matrix, and the stage is
+bound by streaming it from HBM and back: 64 KiB each way per pair at dk = dv = 128. Everything per
+pair (q, k, v, S^T k, delta, o, the gates) lies channel-major, [d, pairs], the pairs side by side
+in the free dim, so one instruction serves every pair of a chunk:
+
+* Reductions over dk are cross-partition sums, done on TensorE: ||q||^2, ||k||^2 and k . q with an
+  all-ones stationary (the sum lands on every partition), and S^T [k, q] with the state as the
+  stationary and [k, q] as a 2-column moving tile.
+* Per-pair scalars (decay exp(g), beta) are computed once in the [nv, B] layout they arrive in,
+  then spread to every partition by one matmul against an all-ones stationary.
+* The state is *folded* on chip: F = 4 consecutive rows of a pair share a partition, so each state
+  DMA moves F * dv * 4 = 2 KiB contiguous per partition and pair (one row per partition would move
+  512 B, a fifth of the DMA bandwidth), and R = 4 pairs fill the 128 partitions of a state tile.
+  TensorE moves data between the channel-major and the folded layouts: selector matmuls lay [k, q]
+  out block-diagonally for S^T [k, q] (F accumulating matmuls per tile, one per pair), and the
+  rank-1 update k delta^T of a whole tile is one matmul over 16 (pair, fold row) rows of
+  block-diagonal k rows and masked delta rows. One VectorE instruction per tile then applies
+  decay * S + k delta^T.
+
+About 2.4 instructions per (b, h) pair at 128 pairs: F / R = 1 matmul for S^T [k, q], and per tile
+of R pairs one outer-product matmul and one VectorE update, plus ~70 shared by the chunk.
+"""
+import nki
+import nki.language as nl
+import nki.isa as nisa
+
+from .checks import expect, expect_dtype, expect_rank, expect_shape
+
+L2NORM_EPS = 1e-6          # l2norm(x) = x * rsqrt(sum(x^2) + eps): eps inside the sqrt, on the sum
+PMAX = 128                 # partitions
+QUADRANT = 32              # SBUF partition quadrant = TensorE row tile on trn2
+PSUM_FMAX = 512            # fp32 elements of one 2 KiB PSUM bank: a matmul's moving free size on trn2
+DMA_TILES = 8              # state tiles (R pairs each) per DMA: 2 MiB at dk = dv = 128
+
+
+def state_fold(dk, dv):
+    """(F, R): state rows folded onto one partition, and (b, h) pairs stacked per partition tile.
+
+    A pair's [dk, dv] state sits on dk / F partitions, F rows of dv each per partition, so a DMA
+    moves F * dv * 4 contiguous bytes per partition and pair (2 KiB at dk = dv = 128, F = 4), and R
+    pairs fill the partitions (R * dk / F <= 128). The outer-product matmul contracts over the
+    (pair, fold row) index of a tile, R * F rows, which must sit in one 32-partition quadrant; and
+    F * dv fp32 must fit one PSUM bank. The first of F = 4, 2 that satisfies this wins; F = 1 (a
+    row per partition, R = 128 // dk pairs, reduced to a divisor of 32) always does.
+    """
+    for F in (4, 2):
+        Pd = dk // F
+        R = PMAX // Pd if dk % F == 0 else 0
+        if R and QUADRANT % (R * F) == 0 and F * dv <= PSUM_FMAX:
+            return F, R
+    R = PMAX // dk
+    while QUADRANT % R:
+        R -= 1
+    return 1, R
+
+
+def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurrent_state):
+    """One decode step of the gated delta rule on channel-major SBUF tiles, state streamed HBM -> HBM.
+
+    The building block of stage 4, called by the standalone kernel and by the fused decode kernel.
+    It writes `o` and `new_state` and allocates only its own temporaries (constants, fp32 tiles,
+    PSUM, the on-chip state of one chunk).
+
+    Dimensions:
+        B: batch; nv: value heads (<= 128); nq: heads of q and k, nv (expanded) or nk (key heads);
+        G = nv / nq; dk: head_k_dim (<= 128); dv: head_v_dim (<= 128);
+        a chunk: bc = max(1, 128 // nv) batch rows x all nv heads, n = bc * nv <= 128 (b, h) pairs;
+        the state fold (state_fold): F rows per partition, R pairs per partition tile
+        (F = R = 4 at dk = dv = 128), Pd = dk / F partitions per pair
+
+    Args:
+        o (nl.ndarray): [dv, nv, B] @ SBUF, bf16 (any float dtype), written: o[j, h, b] = o_hbm[b, h, j].
+        new_state (nl.ndarray): [B, nv, dk, dv] @ HBM, fp32, written: the state after this step.
+        q (nl.ndarray): [dk, nq, B] @ SBUF, bf16 or fp32, raw (not yet l2-normed) queries.
+        k (nl.ndarray): [dk, nq, B] @ SBUF, bf16 or fp32, raw keys.
+        v (nl.ndarray): [dv, nv, B] @ SBUF, bf16 or fp32.
+        a (nl.ndarray): [nv, B] @ SBUF, bf16 or fp32, the decay input (in_proj_a output).
+        b (nl.ndarray): [nv, B] @ SBUF, bf16 or fp32, the beta input (in_proj_b output).
+        A_log (nl.ndarray): [nv, 1] @ SBUF, fp32.
+        dt_bias (nl.ndarray): [nv, 1] @ SBUF, fp32.
+        recurrent_state (nl.ndarray): [B, nv, dk, dv] @ HBM, fp32, read only.
+
+    Returns:
+        None; `o` and `new_state` hold the results.
+
+    Notes:
+        - On chip the state is *folded*: pair p = tile * R + r, state row i = i0 * F + i1 sits on
+          partition r * Pd + i0, at free position (tile, i1, column j). Each partition then holds F
+          consecutive HBM rows of a pair, so the state DMAs move F * dv * 4 = 2 KiB contiguous per
+          partition and pair (dk on partitions, one row each, would move 512 B: a fifth of the DMA
+          bandwidth). Everything per pair (q, k, v, S^T k, delta, o, the gates) stays
+          channel-major, [d, pairs], the pairs side by side in the free dim.
+        - GQA: q and k may hold the nk key heads ([dk, nk, B]); value head h then reads key head
+          h // G (gqa_repeat.key_head_of), through stride-0 views, no copy. Already expanded q, k
+          ([dk, nv, B]) are the case G = 1. The l2norm runs on the expanded pairs (G x the work of
+          a key-head norm, a few hundred elements per partition).
+        - Per chunk: the gates, norms, k . q and the block-diagonal [k, q] of all pairs at once
+          (~22 instructions); then the state streams through in sub-chunks of 128 // F pairs (32),
+          each with one state DMA in and one out per DMA_TILES tiles, ~14 instructions for its
+          delta, o and outer-product operands, and per tile of R pairs F matmuls for S^T [k, q]
+          (one per pair at F = R), one outer-product matmul and one VectorE decay-and-add. At 128
+          pairs: 306 instructions, about 2.4 per pair.
+        - Engines: TensorE does every sum over partitions (norms, k . q, S^T [k, q]), the gate
+          broadcast, the layout changes (selector matmuls, transposes) and the outer products;
+          VectorE the per-pair elementwise math and the state update (reading PSUM); ScalarE the
+          transcendental functions (softplus, exp, sigmoid, square, rsqrt) and PSUM evictions;
+          GpSimd the constants and the SBUF-only mask multiplies, off VectorE's queue.
+        - Rounding: q, k, gates, state and all sums in fp32. S^T k is read from the state before
+          the decay and scaled after (exp(g) S^T k), and o = exp(g) S^T q + (k . q) delta: both equal
+          the reference's order of operations up to fp32 rounding. The new state is
+          fp32(fp32(exp(g) S) + k delta^T), as in the reference. o is rounded once to o.dtype.
+        - exp(g) may underflow to 0 (large A_log or a + dt_bias): the state then becomes k delta^T,
+          finite. Zero q, k (and state) give o = 0 and a zero state exactly (0 * rsqrt(eps) = 0).
+        - Constraints: dk, dv, nv <= 128; nv a multiple of nq. Per partition SBUF holds the chunk's
+          folded state (64 KiB at 128 pairs of 128 x 128) plus ~21 KiB of temporaries; PSUM at
+          most 5 banks.
+
+    Pseudocode:
+        G = nv // nq
+        q = repeat(q, G, axis=1).astype(float32); k = repeat(k, G, axis=1).astype(float32)
+        q = q / sqrt((q * q).sum(axis=0) + 1e-6) * dk ** -0.5        # [dk, nv, B]
+        k = k / sqrt((k * k).sum(axis=0) + 1e-6)
+        decay = exp(-exp(A_log) * softplus(a + dt_bias))               # [nv, B]; softplus(x) = x above 20
+        beta = sigmoid(b)
+        for b_, h in pairs:
+            S = recurrent_state[b_, h] * decay[h, b_]                    # [dk, dv]
+            delta = (v[:, h, b_] - S.T @ k[:, h, b_]) * beta[h, b_]      # [dv]
+            S = S + outer(k[:, h, b_], delta)
+            o[:, h, b_] = S.T @ q[:, h, b_]
+            new_state[b_, h] = S
+    """
+    dk, nq, B = q.shape
+    dv, nv, _ = v.shape
+    expect(dk <= PMAX, "q", f"head_k_dim (partitions) <= {PMAX}", dk)
+    expect(dv <= PMAX, "v", f"head_v_dim (partitions) <= {PMAX}", dv)
+    expect(nv <= PMAX, "v", f"value heads <= {PMAX} (a and b hold them on partitions)", nv)
+    expect(nv % nq == 0, "q", f"heads q.shape[1] dividing the value heads nv = {nv}", nq)
+    expect_shape(k, "k", (dk, nq, B))
+    expect_shape(v, "v", (dv, nv, B))
+    expect_shape(o, "o", (dv, nv, B))
+    expect_shape(a, "a", (nv, B))
+    expect_shape(b, "b", (nv, B))
+    expect_shape(A_log, "A_log", (nv, 1))
+    expect_shape(dt_bias, "dt_bias", (nv, 1))
+    expect_shape(recurrent_state, "recurrent_state", (B, nv, dk, dv))
+    expect_shape(new_state, "new_state", (B, nv, dk, dv))
+    expect_dtype(A_log, "A_log", nl.float32)
+    expect_dtype(dt_bias, "dt_bias", nl.float32)
+    expect_dtype(recurrent_state, "recurrent_state", nl.float32)
+    expect_dtype(new_state, "new_state", nl.float32)
+
+    fold = state_fold(dk, dv)
+    consts = _constants(dk, dv, nv, fold)
+    gates = _gates(a, b, A_log, dt_bias)                  # [nv, 2, B] fp32: decay, beta
+    bc = max(1, PMAX // nv)
+    for b0 in range(0, B, bc):
+        _chunk(o, new_state, q, k, v, gates, recurrent_state, consts, fold, b0, min(bc, B - b0))
+
+
+def _constants(dk, dv, nv, fold):
+    """0/1 fp32 tiles every chunk uses, built once on GpSimd and VectorE.
+
+    ones [P, P]; ident [128, 128]; div_f[p, c] = (p // F == c) [128, 128 / F];
+    mod_f[p, c] = (p % F == c) [128, F]; mask_r[p, r] = (p // Pd == r) [R * Pd, R];
+    mask_p[p, c] = (p // Pd == c % R) [R * Pd, >= 128]; sel[i, i1, r, i0] = (i == i0 * F + i1)
+    [dk, F, R, Pd] (TensorE moves row i0 * F + i1 of every pair to partition r * Pd + i0 with it).
+    """
+    F, R = fold
+    Pd = dk // F
+    RP = R * Pd
+    P = max(dk, dv, nv, RP)
+    c = {}
+    c["ones"] = nl.ndarray((P, P), nl.float32, name="ones")
+    nisa.memset(c["ones"], 1.0, engine=nisa.engine.gpsimd)
+    ramp = nl.ndarray((PMAX, PMAX), nl.float32, name="ramp")
+    nisa.iota(ramp, [[1, PMAX]], offset=0, channel_multiplier=-1)        # ramp[p, j] = j - p
+    ident = c["ident"] = nl.ndarray((PMAX, PMAX), nl.float32, name="ident")
+    nisa.tensor_scalar(ident, ramp, op0=nl.equal, operand0=0.0)
+    by_f = ident.reshape_dim(1, (PMAX // F, F))                          # [p, c, f]: (p == c * F + f)
+    c["div_f"] = nl.ndarray((PMAX, PMAX // F), nl.float32, name="div_f")
+    nisa.tensor_reduce(c["div_f"], nl.add, by_f, axis=2)
+    c["mod_f"] = nl.ndarray((PMAX, F), nl.float32, name="mod_f")
+    nisa.tensor_reduce(c["mod_f"], nl.add, by_f.permute((0, 2, 1)), axis=2)
+    c["mask_r"] = nl.ndarray((RP, R), nl.float32, name="mask_r")
+    nisa.tensor_reduce(c["mask_r"], nl.add, ident[0:RP, 0:RP].reshape_dim(1, (R, Pd)), axis=2)
+    tiles = -(-PMAX // R)
+    c["mask_p"] = nl.ndarray((RP, tiles * R), nl.float32, name="mask_p")
+    nisa.tensor_copy(c["mask_p"].reshape_dim(1, (tiles, R)), c["mask_r"].expand_dim(1).broadcast(1, tiles),
+                     engine=nisa.engine.gpsimd)
+    c["sel"] = nl.ndarray((dk, F, R, Pd), nl.float32, name="fold_select")
+    nisa.tensor_copy(c["sel"], ident[0:dk, 0:dk].reshape_dim(1, (Pd, F)).permute((0, 2, 1))
+                     .expand_dim(2).broadcast(2, R), engine=nisa.engine.gpsimd)
+    return c
+
+
+def _gates(a, b, A_log, dt_bias):
+    """decay = exp(-exp(A_log) * softplus(a + dt_bias)) and beta = sigmoid(b), fp32, in [nv, 2, B].
+
+    Heads on partitions, so A_log and dt_bias are the per-partition scale and bias of ScalarE.
+    """
+    nv, B = a.shape
+    sp = nl.ndarray((nv, B), nl.float32, name="softplus")
+    nisa.activation(sp, op=nl.softplus, data=a, bias=dt_bias)               # softplus(a + dt_bias)
+    neg_A = nl.ndarray((nv, 1), nl.float32, name="neg_A")
+    nisa.activation(neg_A, op=nl.exp, data=A_log)
+    nisa.tensor_scalar(neg_A, neg_A, op0=nl.multiply, operand0=-1.0)       # -exp(A_log)
+    gates = nl.ndarray((nv, 2, B), nl.float32, name="gates")
+    nisa.activation(gates[:, 0, :], op=nl.exp, data=sp, scale=neg_A)       # exp(g), g = -A * softplus
+    nisa.activation(gates[:, 1, :], op=nl.sigmoid, data=b)                 # beta, fp32
+    return gates
+
+
+def _chunk(o, new_state, q, k, v, gates, recurrent_state, consts, fold, b0, bc):
+    """Batch rows b0 .. b0+bc-1, all nv heads: n = bc * nv pairs, pair p = bi * nv + h.
+
+    What every pair needs (gates, norms, k . q, the block-diagonal [k, q]) is computed for the
+    whole chunk; the state then streams through in sub-chunks of m pairs (the rows of one
+    outer-product build), so sub-chunk s + 1 loads while s updates and s - 1 stores.
+    """
+    dk, nq, _ = q.shape
+    dv, nv, _ = v.shape
+    F, R = fold
+    n = bc * nv
+    tiles = -(-n // R)
+
+    gbc = _broadcast_gates(gates, b0, bc, tiles * R, consts)       # [P, 2, tiles * R]: decay, beta
+    qk = _normalize_qk(q, k, b0, bc, nv // nq, consts)             # [dk, n, 2]: k, q * dk**-0.5
+    decay = _fold_decay(gbc, fold, dk, consts, tiles)              # [R * Pd, tiles]
+    kq = _k_dot_q(qk, dv, consts)                                  # PSUM [dv, n]
+    x = _block_diagonal_qk(qk, fold, consts)                       # [R * Pd, F, n, 2]
+    v_flat = nl.ndarray((dv, n), v.dtype, name="v_pairs")          # [dv, pair]
+    nisa.tensor_copy(v_flat.reshape_dim(1, (bc, nv)), v[:, :, b0:b0 + bc].permute((0, 2, 1)),
+                     engine=nisa.engine.gpsimd)
+    o_flat = nl.ndarray((dv, n), o.dtype, name="o_pairs")
+
+    S = nl.ndarray((R * (dk // F), tiles, F * dv), nl.float32, name="state")
+    m = (PMAX // F) // R * R                                       # pairs per sub-chunk
+    for s0 in range(0, n, m):
+        mc = min(m, n - s0)
+        _move_state(S, recurrent_state, b0 * nv, s0, mc, fold, load=True)
+        delta = _delta_and_output(o_flat, S, x, qk, kq, v_flat, gbc, s0, mc, fold)  # [dv, mc] fp32
+        _rank1_update(S, qk, delta, decay, s0, fold, consts)       # S <- decay * S + k delta^T
+        _move_state(S, new_state, b0 * nv, s0, mc, fold, load=False)
+    nisa.tensor_copy(o[:, :, b0:b0 + bc].permute((0, 2, 1)), o_flat.reshape_dim(1, (bc, nv)))
+
+
+def _broadcast_gates(gates, b0, bc, width, consts):
+    """Per-pair decay and beta on every partition: [P, 2, width] SBUF fp32, pair p in column p.
+
+    Spread: spread[c, g, bi, h] = gates[c, g, b0 + bi] * (c == h); then ones[nv, P]^T @ spread
+    puts gates[h, g, b0 + bi] on every partition (an exact sum: one non-zero term). Columns past
+    the chunk's bc * nv pairs (a partial last state tile) are zeroed.
+    """
+    ones, ident = consts["ones"], consts["ident"]
+    nv = gates.shape[0]
+    P = ones.shape[0]
+    n = bc * nv
+    spread = nl.ndarray((nv, 2, bc, nv), nl.float32, name="gate_spread")
+    nisa.tensor_tensor(spread, gates[:, :, b0:b0 + bc].expand_dim(3).broadcast(3, nv),
+                       ident[0:nv, 0:nv].expand_dim(1).expand_dim(1).broadcast(1, 2).broadcast(2, bc),
+                       op=nl.multiply, engine=nisa.engine.gpsimd)
+    ps = nl.ndarray((P, 2, bc, nv), nl.float32, buffer=nl.psum, name="gates_psum")
+    nisa.nc_matmul(ps, ones[0:nv, 0:P], spread, is_stationary_onezero=True)
+    gbc = nl.ndarray((P, 2, width), nl.float32, name="gates_bcast")
+    nisa.activation(gbc[:, :, 0:n], op=nl.copy, data=ps)
+    if width > n:
+        nisa.memset(gbc[:, :, n:width], 0.0)
+    return gbc
+
+
+def _fold_decay(gbc, fold, dk, consts, tiles):
+    """decay[r * Pd + i0, t] = decay of pair t * R + r: the per-partition scalar of each state tile."""
+    F, R = fold
+    RP = R * (dk // F)
+    prod = nl.ndarray((RP, tiles, R), nl.float32, name="decay_select")
+    nisa.tensor_tensor(prod, gbc[0:RP, 0, 0:tiles * R].reshape_dim(1, (tiles, R)),
+                       consts["mask_r"].expand_dim(1).broadcast(1, tiles), op=nl.multiply,
+                       engine=nisa.engine.gpsimd)
+    decay = nl.ndarray((RP, tiles), nl.float32, name="decay_folded")
+    nisa.tensor_reduce(decay, nl.add, prod, axis=2)
+    return decay
+
+
+def _move_state(S, hbm, p0, s0, mc, fold, load):
+    """DMA the folded state of chunk pairs s0 .. s0+mc-1 (s0 a multiple of R) between HBM and S.
+
+    HBM [B, nv, dk, dv] holds chunk pair p at flat pair p0 + p. Pair t * R + r, rows
+    i0 * F .. i0 * F + F-1 -> partition r * Pd + i0 of tile t of S [R * Pd, tiles, F * dv]:
+    F * dv contiguous elements per partition and pair, up to DMA_TILES tiles per DMA.
+    """
+    F, R = fold
+    B, nv, dk, dv = hbm.shape
+    Pd = dk // F
+    flat = hbm.reshape((B * nv, dk, dv))
+    first, full, last = s0 // R, (s0 + mc) // R, -(-(s0 + mc) // R)   # tiles: [first, full) hold R pairs
+    for t0 in range(first, full, DMA_TILES):
+        t1 = min(full, t0 + DMA_TILES)
+        view = flat[p0 + t0 * R:p0 + t1 * R].reshape((t1 - t0, R * Pd, F * dv)).permute((1, 0, 2))
+        _dma(S[:, t0:t1, :], view, load)
+    if last > full:                                       # a partial last tile
+        rt = s0 + mc - full * R
+        _dma(S[0:rt * Pd, full, :], flat[p0 + full * R:p0 + full * R + rt].reshape((rt * Pd, F * dv)), load)
+
+
+def _dma(sbuf, hbm, load):
+    if load:
+        nisa.dma_copy(sbuf, hbm)
+    else:
+        nisa.dma_copy(hbm, sbuf)
+
+
+def _block_diagonal_qk(qk, fold, consts):
+    """x[r * Pd + i0, i1, p, c] = qk[i0 * F + i1, p, c] if p % R == r else 0: [R * Pd, F, n, 2].
+
+    For each fold row i1, one selector matmul copies row i0 * F + i1 of every pair to partitions
+    r * Pd + i0 (all r); ScalarE evicts the result and one GpSimd multiply keeps pair p only in its
+    own partition block r = p % R.
+    Tile t's [S^T k, S^T q] is then sum_i1 S[:, t, i1]^T @ x[:, i1, tile t's pairs].
+    """
+    F, R = fold
+    dk, n, _ = qk.shape
+    RP = consts["sel"].shape[2] * consts["sel"].shape[3]
+    rows = nl.ndarray((RP, F, 2 * PMAX), nl.float32, buffer=nl.psum, name="fold_rows")   # 1 KiB per i1
+    for i1 in range(F):
+        nisa.nc_matmul(rows[:, i1, 0:2 * n], consts["sel"][:, i1], qk, is_stationary_onezero=True)
+    rows_sb = nl.ndarray((RP, F, n, 2), nl.float32, name="fold_rows_sb")
+    nisa.activation(rows_sb, op=nl.copy, data=rows[:, :, 0:2 * n].reshape_dim(2, (n, 2)))
+    x = nl.ndarray((RP, F, n, 2), nl.float32, name="qk_block_diag")
+    own_block = consts["mask_p"][:, 0:n].expand_dim(1).broadcast(1, F).expand_dim(3).broadcast(3, 2)
+    nisa.tensor_tensor(x, rows_sb, own_block, op=nl.multiply, engine=nisa.engine.gpsimd)
+    return x
+
+
+def _k_dot_q(qk, dv, consts):
+    """k . q of every pair, on every one of dv partitions: PSUM [dv, n] (a ones-matmul over dk)."""
+    dk, n, _ = qk.shape
+    prod = nl.ndarray((dk, n), nl.float32, name="kq_prod")
+    nisa.tensor_tensor(prod, qk[:, :, 0], qk[:, :, 1], op=nl.multiply)
+    kq = nl.ndarray((dv, n), nl.float32, buffer=nl.psum, name="kq")
+    nisa.nc_matmul(kq, consts["ones"][0:dk, 0:dv], prod, is_stationary_onezero=True)
+    return kq
+
+
+def _delta_and_output(o_pairs, S, x, qk, kq, v_pairs, gbc, s0, mc, fold):
+    """[S^T k, S^T q] of chunk pairs s0 .. s0+mc-1 on TensorE, then their delta and o; returns delta.
+
+    S is read before the decay: kv = decay * S^T k, delta = (v - kv) * beta, and
+    o = decay * S^T q + (k . q) delta, channel-major [dv, pair] (o_pairs, v_pairs: [dv, n]).
+    """
+    F, R = fold
+    dv = v_pairs.shape[0]
+    dk = qk.shape[0]
+    Pd = dk // F
+    kvsq = nl.ndarray((dv, mc, 2), nl.float32, buffer=nl.psum, name="kv_sq")
+    for t in range(s0 // R, -(-(s0 + mc) // R)):
+        p0, rt = t * R, min(R, s0 + mc - t * R)
+        for i1 in range(F):
+            nisa.nc_matmul(kvsq[:, p0 - s0:p0 - s0 + rt, :], S[0:rt * Pd, t, i1 * dv:(i1 + 1) * dv],
+                           x[0:rt * Pd, i1, p0:p0 + rt, :], accumulate=(i1 > 0))
+
+    pairs = slice(s0, s0 + mc)
+    decay, beta = gbc[0:dv, 0, pairs], gbc[0:dv, 1, pairs]
+    kv = nl.ndarray((dv, mc), nl.float32, name="kv")
+    nisa.tensor_tensor(kv, kvsq[:, :, 0], decay, op=nl.multiply)
+    delta = nl.ndarray((dv, mc), nl.float32, name="delta")
+    nisa.tensor_tensor(delta, v_pairs[:, pairs], kv, op=nl.subtract)
+    nisa.tensor_tensor(delta, delta, beta, op=nl.multiply)
+    kq_delta = nl.ndarray((dv, mc), nl.float32, name="kq_delta")
+    nisa.tensor_tensor(kq_delta, kq[:, pairs], delta, op=nl.multiply)
+    sq = nl.ndarray((dv, mc), nl.float32, name="sq")
+    nisa.tensor_tensor(sq, kvsq[:, :, 1], decay, op=nl.multiply)
+    nisa.tensor_tensor(o_pairs[:, pairs], sq, kq_delta, op=nl.add)
+    return delta
+
+
+def _rank1_update(S, qk, delta, decay, s0, fold, consts):
+    """S <- decay * S + k delta^T for chunk pairs s0 .. s0+mc-1 (mc * F <= 128), folded, in place.
+
+    Rows c = (pair p, fold row f) sit on mc * F partitions:
+        lhs[c, p', i0] = k_p[i0 * F + f] * (p' == p)        (k rows, block-diagonal over pairs)
+        rhs[c, i1, j]  = delta_p[j] * (i1 == f)
+    and for state tile t, sum_c lhs[c, t's pairs, i0] rhs[c, i1, j] = k_p[i0 * F + i1] delta_p[j]:
+    the outer products of the tile's R pairs in the folded layout, one matmul over the quadrant
+    of rows that holds the tile. One scalar_tensor_tensor then applies decay * S + outer.
+    """
+    F, R = fold
+    dk = qk.shape[0]
+    dv, mc = delta.shape
+    Pd = dk // F
+    rows = mc * F
+    div_f, mod_f = consts["div_f"], consts["mod_f"]
+
+    # k rows: kr[(p, f), i0] = k_p[i0 * F + f], by a selector matmul from the channel-major k
+    kx = nl.ndarray((dk, mc, F), nl.float32, name="k_spread")
+    nisa.tensor_tensor(kx, qk[:, s0:s0 + mc, 0].expand_dim(2).broadcast(2, F),
+                       mod_f[0:dk, :].expand_dim(1).broadcast(1, mc), op=nl.multiply,
+                       engine=nisa.engine.gpsimd)
+    kr_ps = nl.ndarray((rows, Pd), nl.float32, buffer=nl.psum, name="k_rows_psum")
+    nisa.nc_matmul(kr_ps, kx, div_f[0:dk, 0:Pd], is_moving_onezero=True)
+    kr = nl.ndarray((rows, Pd), nl.float32, name="k_rows")
+    nisa.activation(kr, op=nl.copy, data=kr_ps)
+    lhs = nl.ndarray((rows, mc, Pd), nl.float32, name="outer_lhs")
+    nisa.tensor_tensor(lhs, kr.expand_dim(1).broadcast(1, mc),
+                       div_f[0:rows, 0:mc].expand_dim(2).broadcast(2, Pd), op=nl.multiply,
+                       engine=nisa.engine.gpsimd)
+    # delta rows: rhs[(p, f), i1, j] = delta_p[j] * (i1 == f)
+    d_rep = nl.ndarray((dv, mc, F), nl.float32, name="delta_rep")
+    nisa.tensor_copy(d_rep, delta.expand_dim(2).broadcast(2, F), engine=nisa.engine.gpsimd)
+    dT_ps = nl.ndarray((rows, dv), nl.float32, buffer=nl.psum, name="delta_rows_psum")
+    nisa.nc_transpose(dT_ps, d_rep, engine=nisa.engine.tensor)
+    dT = nl.ndarray((rows, dv), nl.float32, name="delta_rows")
+    nisa.activation(dT, op=nl.copy, data=dT_ps)
+    rhs = nl.ndarray((rows, F, dv), nl.float32, name="outer_rhs")
+    nisa.tensor_tensor(rhs, dT.expand_dim(1).broadcast(1, F),
+                       mod_f[0:rows, :].expand_dim(2).broadcast(2, dv), op=nl.multiply,
+                       engine=nisa.engine.gpsimd)
+
+    for tl in range(-(-mc // R)):
+        t, rt = s0 // R + tl, min(R, mc - tl * R)
+        q0 = tl * R * F // QUADRANT * QUADRANT                # the quadrant of rows holding tile t
+        q1 = min(q0 + QUADRANT, rows)
+        outer = nl.ndarray((rt * Pd, F, dv), nl.float32, buffer=nl.psum, name="outer")
+        nisa.nc_matmul(outer, lhs[q0:q1, tl * R:tl * R + rt, :], rhs[q0:q1],
+                       tile_position=(q0, 0), tile_size=(QUADRANT, PMAX))
+        nisa.scalar_tensor_tensor(S[0:rt * Pd, t, :], data=S[0:rt * Pd, t, :], op0=nl.multiply,
+                                  operand0=decay[0:rt * Pd, t:t + 1], op1=nl.add, operand1=outer)
+
+
+def _pairs(x, b0, bc, G):
+    """Batch rows b0.. of a channel-major [d, heads, B] tile as [d, bc, heads, G] (value head = kh*G + g)."""
+    return x[:, :, b0:b0 + bc].permute((0, 2, 1)).expand_dim(3).broadcast(3, G)
+
+
+def _normalize_qk(q, k, b0, bc, G, consts):
+    """l2norm of k and q over dk (partitions), q also times dk**-0.5: [dk, n, 2] fp32, [.., 0] = k.
+
+    The [k, q] columns of a pair are adjacent: a 2-column moving tile for S^T [k, q].
+    """
+    ones = consts["ones"]
+    dk, nq, _ = q.shape
+    nv = nq * G
+    qs, ks = _pairs(q, b0, bc, G), _pairs(k, b0, bc, G)
+    sq = nl.ndarray((dk, bc, nv, 2), nl.float32, name="qk_squares")
+    nisa.activation(sq[:, :, :, 0], op=nl.square, data=ks)
+    nisa.activation(sq[:, :, :, 1], op=nl.square, data=qs)
+    ss = nl.ndarray((dk, bc, nv, 2), nl.float32, buffer=nl.psum, name="qk_sumsq")
+    nisa.nc_matmul(ss, ones[0:dk, 0:dk], sq, is_stationary_onezero=True)  # sum over dk, on every partition
+    rstd = nl.ndarray((dk, bc, nv, 2), nl.float32, name="qk_rstd")
+    nisa.activation(rstd, op=nl.rsqrt, data=ss, bias=L2NORM_EPS)       # rsqrt(sum + eps)
+    qk = nl.ndarray((dk, bc * nv, 2), nl.float32, name="qk")
+    nisa.tensor_tensor(qk[:, :, 0], ks, rstd[:, :, :, 0], op=nl.multiply)
+    nisa.scalar_tensor_tensor(qk[:, :, 1], data=qs, op0=nl.multiply, operand0=dk ** -0.5,
+                              op1=nl.multiply, operand1=rstd[:, :, :, 1])
+    return qk
+
+
+def _gated_delta_rule_hbm(q, k, v, a, b, A_log, dt_bias, recurrent_state):
+    """HBM in, HBM out around the building block (no input checks; the entry point checks).
+
+    q, k may hold nv or nk heads ([B, nq, dk]); the tests use the latter for the GQA path.
+    """
+    B, nq, dk = q.shape
+    nv, dv = v.shape[1], v.shape[2]
+    o = nl.ndarray((B, nv, dv), nl.bfloat16, buffer=nl.shared_hbm, name="o")
+    new_state = nl.ndarray((B, nv, dk, dv), nl.float32, buffer=nl.shared_hbm, name="new_state")
+
+    # [B, heads, d] rows -> channel-major [d, heads, B]: contiguous row DMAs + TensorE transposes
+    q_sb = _load_transposed(q.reshape((B * nq, dk)), "q").reshape_dim(1, (B, nq)).permute((0, 2, 1))
+    k_sb = _load_transposed(k.reshape((B * nq, dk)), "k").reshape_dim(1, (B, nq)).permute((0, 2, 1))
+    v_sb = _load_transposed(v.reshape((B * nv, dv)), "v").reshape_dim(1, (B, nv)).permute((0, 2, 1))
+    a_sb = nl.ndarray((nv, B), a.dtype, name="a")
+    nisa.dma_copy(a_sb, a.permute((1, 0)))
+    b_sb = nl.ndarray((nv, B), b.dtype, name="b")
+    nisa.dma_copy(b_sb, b.permute((1, 0)))
+    A_sb = nl.ndarray((nv, 1), nl.float32, name="A_log")
+    nisa.dma_copy(A_sb, A_log.reshape((nv, 1)))
+    dt_sb = nl.ndarray((nv, 1), nl.float32, name="dt_bias")
+    nisa.dma_copy(dt_sb, dt_bias.reshape((nv, 1)))
+
+    o_sb = nl.ndarray((dv, B, nv), nl.bfloat16, name="o_sb")
+    gated_delta_rule_block(o_sb.permute((0, 2, 1)), new_state, q_sb, k_sb, v_sb, a_sb, b_sb, A_sb, dt_sb,
+                           recurrent_state)
+    _store_transposed(o.reshape((B * nv, dv)), o_sb.reshape((dv, B * nv)))
+    return o, new_state
+
+
+def _load_transposed(src, name):
+    """HBM [R, C] -> new SBUF [C, R] (same dtype), C <= 128: row DMAs of <= 128 rows, TensorE transposes."""
+    R, C = src.shape
+    dst = nl.ndarray((C, R), src.dtype, name=f"{name}_T")
+    for r0 in range(0, R, PMAX):
+        rr = min(PMAX, R - r0)
+        rows = nl.ndarray((rr, C), src.dtype, name=f"{name}_rows")
+        nisa.dma_copy(rows, src[r0:r0 + rr, :])
+        ps = nl.ndarray((C, rr), src.dtype, buffer=nl.psum, name=f"{name}_T_psum")
+        nisa.nc_transpose(ps, rows, engine=nisa.engine.tensor)
+        nisa.tensor_copy(dst[:, r0:r0 + rr], ps)
+    return dst
+
+
+def _store_transposed(dst, src):
+    """SBUF [C, R] -> HBM [R, C] (same dtype): TensorE transposes to rows, row DMAs of <= 128 rows."""
+    R, C = dst.shape
+    for r0 in range(0, R, PMAX):
+        rr = min(PMAX, R - r0)
+        ps = nl.ndarray((rr, C), src.dtype, buffer=nl.psum, name="rows_psum")
+        nisa.nc_transpose(ps, src[:, r0:r0 + rr], engine=nisa.engine.tensor)
+        rows = nl.ndarray((rr, C), src.dtype, name="rows")
+        nisa.tensor_copy(rows, ps)
+        nisa.dma_copy(dst[r0:r0 + rr, :], rows)
+
+
+@nki.jit
+def gated_delta_rule_kernel(q, k, v, a, b, A_log, dt_bias, recurrent_state):
+    """Stage 4 standalone, HBM to HBM: gates, l2norm and one step of the gated delta rule.
+
+    Dimensions:
+        B: batch; nv: value heads (<= 128); dk: head_k_dim (<= 128); dv: head_v_dim (<= 128)
+
+    Args:
+        q (nl.ndarray): [B, nv, dk] @ HBM, bf16, queries already repeated to the value heads.
+        k (nl.ndarray): [B, nv, dk] @ HBM, bf16, keys, likewise.
+        v (nl.ndarray): [B, nv, dv] @ HBM, bf16.
+        a (nl.ndarray): [B, nv] @ HBM, bf16, in_proj_a output.
+        b (nl.ndarray): [B, nv] @ HBM, bf16, in_proj_b output.
+        A_log (nl.ndarray): [nv] @ HBM, fp32.
+        dt_bias (nl.ndarray): [nv] @ HBM, fp32.
+        recurrent_state (nl.ndarray): [B, nv, dk, dv] @ HBM, fp32, read only.
+
+    Returns:
+        o (nl.ndarray): [B, nv, dv] @ shared HBM, bf16, o = S_new^T l2norm(q) dk**-0.5 per (b, h).
+        new_state (nl.ndarray): [B, nv, dk, dv] @ shared HBM, fp32, a new tensor.
+
+    Notes:
+        - Rejects (ValueError naming the argument): wrong ranks or shapes (k as q; v, a, b, A_log,
+          dt_bias and recurrent_state consistent with q's B, nv, dk and v's dv), dk > 128,
+          dv > 128, nv > 128, dtypes other than the above.
+        - q, k, v are loaded as [B * heads, d] row blocks (one contiguous d-element run per
+          partition) and transposed on TensorE to channel-major [d, heads, B]; o goes back the same
+          way. a, b, A_log, dt_bias are tiny and loaded through transposed HBM views.
+        - See gated_delta_rule_block for the state's folded on-chip layout, the engines and the
+          rounding points.
+
+    Pseudocode:
+        q = q.astype(float32); k = k.astype(float32)
+        q = q / sqrt((q * q).sum(-1, keepdims=True) + 1e-6) * dk ** -0.5
+        k = k / sqrt((k * k).sum(-1, keepdims=True) + 1e-6)
+        beta = sigmoid(b.astype(float32))
+        g = -exp(A_log) * softplus(a.astype(float32) + dt_bias)         # threshold 20
+        S = recurrent_state * exp(g)[:, :, None, None]
+        delta = (v - einsum("bhij,bhi->bhj", S, k)) * beta[:, :, None]
+        S = S + k[:, :, :, None] * delta[:, :, None, :]
+        o = einsum("bhij,bhi->bhj", S, q).astype(bfloat16)
+        return o, S
+    """
+    expect_rank(q, "q", 3)
+    B, nv, dk = q.shape
+    expect(dk <= PMAX, "q", f"head_k_dim q.shape[2] <= {PMAX} (q and k hold dk on partitions)", dk)
+    expect(nv <= PMAX, "q", f"num_v_heads q.shape[1] <= {PMAX}", nv)
+    expect_shape(k, "k", (B, nv, dk))
+    expect_rank(v, "v", 3)
+    expect(v.shape[0] == B and v.shape[1] == nv, "v", f"shape [{B}, {nv}, dv] (B, nv as q)", list(v.shape))
+    dv = v.shape[2]
+    expect(dv <= PMAX, "v", f"head_v_dim v.shape[2] <= {PMAX} (v and o hold dv on partitions)", dv)
+    expect_shape(a, "a", (B, nv))
+    expect_shape(b, "b", (B, nv))
+    expect_shape(A_log, "A_log", (nv,))
+    expect_shape(dt_bias, "dt_bias", (nv,))
+    expect_shape(recurrent_state, "recurrent_state", (B, nv, dk, dv))
+    for t, name in ((q, "q"), (k, "k"), (v, "v"), (a, "a"), (b, "b")):
+        expect_dtype(t, name, nl.bfloat16)
+    for t, name in ((A_log, "A_log"), (dt_bias, "dt_bias"), (recurrent_state, "recurrent_state")):
+        expect_dtype(t, name, nl.float32)
+    return _gated_delta_rule_hbm(q, k, v, a, b, A_log, dt_bias, recurrent_state)
