@@ -1,0 +1,379 @@
+"""Sweep the GDN decode kernels over real per-device configurations and batch sizes.
+
+    python -m benchmarks.sweep                      # the full sweep (a few minutes on 2 cores)
+    python -m benchmarks.sweep --quick              # one small shard, B = 1 and 8
+    python -m benchmarks.sweep --stages in_proj,gated_delta_rule --configs Qwen3-Next-80B-TP4 --batches 1,64
+
+For every configuration (`kernels.configs.SWEEP_SHARDS`: Qwen3-Next-80B TP1 and TP4, Qwen3.5-0.8B
+TP1, 9B TP2, 27B TP8, 397B-A17B TP16), batch (`SWEEP_BATCHES`: 1, 8, 32, 64) and kernel variant
+(`benchmarks.variants.VARIANTS`: the five stages) it runs the kernel on the CPU model, schedules
+its instruction record with the trn2 cost model (`nkicpu.profile`) and records one row: the
+shape, the modeled time, HBM bytes, the HBM roofline, busy fraction per engine, the instruction
+count, and the host wall time the CPU model took.
+
+Every time in the output is MODELED (trn2 cost model), never measured on hardware. The one wall
+time, `cpu_model_wall_s`, is how long this machine took to run the CPU model (functional run +
+scheduling); it says nothing about Trainium.
+
+Writes, in --out (default benchmarks/results/, git-ignored):
+    sweep.json   {"metadata": {...}, "rows": [one record per (config, B, variant)]}; rewritten
+                 after every row, so an interrupted sweep leaves the rows it finished
+    sweep.png    modeled time vs B per variant (log-log), the HBM roofline dashed
+
+A row that fails is recorded with its error (status "error") and the sweep goes on; the exit
+status is 1 if any row failed. The sweep always uses nkicpu (the cost model needs its instruction
+record): run as a script it sets NKICPU=1 unless the environment already says otherwise.
+"""
+import argparse
+import datetime
+import gc
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+if __name__ == "__main__":
+    os.environ.setdefault("NKICPU", "1")  # before `kernels` is imported: the cost model runs on nkicpu
+
+import kernels  # noqa: E402  (registers nkicpu as `nki`)
+import nkicpu  # noqa: E402
+from kernels.configs import MODELS, SWEEP_BATCHES, SWEEP_SHARDS, model_shard  # noqa: E402
+from nkicpu import costs  # noqa: E402
+from nkicpu.profile import MODELED, profile_capture  # noqa: E402
+
+from .variants import VARIANTS, VARIANTS_BY_NAME, stage_inputs  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_OUT = REPO / "benchmarks" / "results"
+JSON_NAME, PLOT_NAME = "sweep.json", "sweep.png"
+QUICK_CONFIG, QUICK_BATCHES = "Qwen3.5-397B-A17B-TP16", (1, 8)
+
+COST_MODEL_SOURCE = (
+    "nkicpu/costs.py TABLE: documented trn2 NeuronCore-v3 numbers (Neuron documentation, "
+    "reference/nki-api.md section 7), each constant with its source; rows marked 'estimate:' are "
+    "reasoned where the documentation is silent. Scheduling: nkicpu/schedule.py (in-order engine "
+    "and DMA queues, dependencies from overlapping memory regions, DMA sharing the core's bandwidth).")
+
+# What each row field means; copied into the JSON so that no figure can be mistaken for another.
+FIELDS = {
+    "variant": "kernel variant (benchmarks.variants): a stage name, later also compositions",
+    "kind": "'stage' or 'composition'",
+    "kernel": "module:function of the @nki.jit entry point",
+    "config": "per-device configuration, '<model> TP<tp>'",
+    "model": "model name (kernels.configs.MODELS)",
+    "tp": "tensor-parallel degree the heads are split by",
+    "B, H, nk, nv, dk, dv, K": "GDNShape: batch, hidden size, key heads, value heads, head dims, conv window",
+    "G, conv_dim, value_dim": "derived: nv/nk, 2*nk*dk + nv*dv, nv*dv",
+    "label": "always 'modeled (trn2 cost model)': no time here is measured on hardware",
+    "status": "'ok' or 'error' (then the figures are null and `error` says why)",
+    "modeled_us": "modeled kernel time, microseconds (trn2 cost model)",
+    "roofline_us": "HBM roofline for the same bytes: (read + written) / HBM_ROOFLINE_GBPS, microseconds",
+    "modeled_over_roofline": "modeled_us / roofline_us (>= 1; large means latency or engine bound)",
+    "hbm_read_bytes, hbm_write_bytes": "HBM bytes the kernel's DMAs read and write",
+    "busy_fraction": "per engine lane / DMA queue: modeled fraction of modeled_us it is busy",
+    "busiest_lane": "the lane with the largest busy fraction",
+    "instructions": "instructions in the CPU model's record (DMAs included)",
+    "peak_sbuf_bytes, peak_psum_banks": "peak on-chip allocation per partition in the CPU model",
+    "cpu_model_wall_s": "host wall time, seconds (time.perf_counter) to run the CPU model + schedule; "
+                        "says nothing about Trainium",
+    "cpu_model_run_s, cpu_model_schedule_s": "the two parts of cpu_model_wall_s",
+    "error": "null, or {type, message, traceback} of a failed row",
+}
+SHAPE_FIELDS = ("B", "H", "nk", "nv", "dk", "dv", "K")
+
+
+# --- choosing what to run ---------------------------------------------------------------------
+
+def _norm(name):
+    return re.sub(r"[\s:_]+", "-", name.strip()).lower()
+
+
+def config_id(shape):
+    """'Qwen3-Next-80B TP4' -> 'Qwen3-Next-80B-TP4', the spelling --configs takes."""
+    return shape.name.replace(" ", "-")
+
+
+def parse_config(name):
+    """A per-device shape from '<model>-TP<tp>' (case, spaces, ':' and '_' are forgiven), B = 1."""
+    m = re.fullmatch(r"(.+)-tp(\d+)", _norm(name))
+    models = {_norm(model): model for model in MODELS}
+    if not m or m.group(1) not in models:
+        raise ValueError(f"--configs: expected '<model>-TP<tp>' with a model among {list(MODELS)} "
+                         f"(e.g. {config_id(SWEEP_SHARDS[1])}), got {name!r}")
+    return model_shard(models[m.group(1)], int(m.group(2)))
+
+
+def _csv(text):
+    return [item for item in (t.strip() for t in text.split(",")) if item]
+
+
+def batch_sizes(text):
+    """'1,8,64' -> [1, 8, 64]; argparse names this function in its message for a bad value."""
+    return [int(b) for b in _csv(text)]
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.sweep",
+        description="Profile the GDN decode kernels over real per-device configurations and batch "
+                    "sizes with the trn2 cost model (every time is modeled, not measured).")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT,
+                   help=f"output directory for {JSON_NAME} and {PLOT_NAME} (default: benchmarks/results/)")
+    p.add_argument("--stages", type=_csv, default=None,
+                   help=f"comma-separated variants (default: all of {', '.join(VARIANTS_BY_NAME)})")
+    p.add_argument("--configs", type=_csv, default=None,
+                   help="comma-separated '<model>-TP<tp>' (default: kernels.configs.SWEEP_SHARDS: "
+                        f"{', '.join(config_id(s) for s in SWEEP_SHARDS)})")
+    p.add_argument("--batches", type=batch_sizes, default=None,
+                   help=f"comma-separated batch sizes (default: {','.join(map(str, SWEEP_BATCHES))})")
+    p.add_argument("--quick", action="store_true",
+                   help=f"a tiny subset: {QUICK_CONFIG} at B = {','.join(map(str, QUICK_BATCHES))} "
+                        "(--configs / --batches / --stages still override)")
+    args = p.parse_args(argv)
+
+    stages = args.stages or list(VARIANTS_BY_NAME)
+    unknown = [s for s in stages if s not in VARIANTS_BY_NAME]
+    if unknown:
+        p.error(f"--stages: expected names among {list(VARIANTS_BY_NAME)}, got {unknown}")
+    args.variants = [VARIANTS_BY_NAME[s] for s in stages]
+
+    configs = args.configs or ([QUICK_CONFIG] if args.quick else None)
+    try:
+        args.shapes = [parse_config(c) for c in configs] if configs else list(SWEEP_SHARDS)
+    except ValueError as e:
+        p.error(str(e))
+    args.batches = args.batches or list(QUICK_BATCHES if args.quick else SWEEP_BATCHES)
+    if any(b < 1 for b in args.batches):
+        p.error(f"--batches: expected positive integers, got {args.batches}")
+    return args
+
+
+# --- one row ----------------------------------------------------------------------------------
+
+def _row_base(variant, shape):
+    model, tp = shape.name.rsplit(" TP", 1)
+    row = {"variant": variant.name, "kind": variant.kind, "kernel": variant.kernel,
+           "config": shape.name, "model": model, "tp": int(tp)}
+    row.update({f: getattr(shape, f) for f in SHAPE_FIELDS})
+    row.update(G=shape.G, conv_dim=shape.conv_dim, value_dim=shape.value_dim, label=MODELED)
+    return row
+
+
+def _error(exc):
+    return {"type": type(exc).__name__, "message": str(exc),
+            "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])}
+
+
+def failed_row(variant, shape, exc, wall_s=None):
+    row = _row_base(variant, shape)
+    row.update(status="error", modeled_us=None, roofline_us=None, modeled_over_roofline=None,
+               hbm_read_bytes=None, hbm_write_bytes=None, busy_fraction=None, busiest_lane=None,
+               instructions=None, peak_sbuf_bytes=None, peak_psum_banks=None,
+               cpu_model_wall_s=wall_s, cpu_model_run_s=None, cpu_model_schedule_s=None,
+               error=_error(exc))
+    return row
+
+
+def run_row(variant, shape, inputs):
+    """Profile `variant` at `shape` on `inputs` (from `stage_inputs`); one JSON-ready record."""
+    t0 = time.perf_counter()
+    try:
+        kernel = variant.load_kernel()
+        args = variant.args(shape, inputs)
+        t0 = time.perf_counter()
+        capture = nkicpu.capture(kernel)(*args)
+        t1 = time.perf_counter()
+        prof = profile_capture(capture)
+        t2 = time.perf_counter()
+    except Exception as exc:  # recorded in the JSON; the sweep goes on
+        return failed_row(variant, shape, exc, wall_s=time.perf_counter() - t0)
+    busy = {lane: round(frac, 6) for lane, frac in prof.busy.items()}
+    row = _row_base(variant, shape)
+    row.update(
+        label=prof.label, status="ok",
+        modeled_us=prof.total_us, roofline_us=prof.roofline_us,
+        modeled_over_roofline=prof.total_us / prof.roofline_us if prof.roofline_us else None,
+        hbm_read_bytes=prof.hbm_read_bytes, hbm_write_bytes=prof.hbm_write_bytes,
+        busy_fraction=busy, busiest_lane=max(busy, key=busy.get) if busy else None,
+        instructions=prof.instructions,
+        peak_sbuf_bytes=capture.peak_sbuf_bytes, peak_psum_banks=capture.peak_psum_banks,
+        cpu_model_wall_s=t2 - t0, cpu_model_run_s=t1 - t0, cpu_model_schedule_s=t2 - t1,
+        error=None)
+    return row
+
+
+# --- output -----------------------------------------------------------------------------------
+
+def _git(*args):
+    try:
+        r = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
+def metadata(argv, args):
+    commit = _git("rev-parse", "HEAD")
+    status = _git("status", "--porcelain") if commit else None
+    return {
+        "label": MODELED,
+        "note": "All kernel times are modeled by the trn2 cost model from the CPU model's instruction "
+                "record; none is measured on Trainium. cpu_model_wall_s is this host's time to run "
+                "the CPU model.",
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "git_commit": commit,
+        "git_dirty": bool(status) if status is not None else None,
+        "command": " ".join(["python -m benchmarks.sweep", *argv]),
+        "nki_backend": kernels.NKI_BACKEND,
+        "cost_model": {
+            "source": COST_MODEL_SOURCE,
+            "hbm_roofline_gbps": costs.HBM_ROOFLINE_GBPS,
+            "constants": [{"name": c.name, "value": c.value, "unit": c.unit, "source": c.source}
+                          for c in costs.TABLE],
+        },
+        "host": {"python": platform.python_version(), "platform": platform.platform(),
+                 "cpu_count": os.cpu_count()},
+        "configs": [config_id(s) for s in args.shapes],
+        "batches": list(args.batches),
+        "variants": [v.name for v in args.variants],
+        "fields": FIELDS,
+    }
+
+
+def write_json(path, meta, rows):
+    """Write atomically (temp file + rename), so a reader never sees half a file."""
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps({"metadata": meta, "rows": rows}, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def plot(rows, path):
+    """One log-log panel per variant: modeled µs vs B per config (solid), its HBM roofline dashed."""
+    from matplotlib.figure import Figure  # no pyplot: no GUI backend, nothing global
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import NullLocator
+
+    variants = list(dict.fromkeys(r["variant"] for r in rows))
+    configs = list(dict.fromkeys(r["config"] for r in rows))
+    batches = sorted({r["B"] for r in rows})
+    ncols = min(3, len(variants))
+    nrows = -(-len(variants) // ncols)
+    fig = Figure(figsize=(5.2 * ncols, 4.2 * nrows + (0 if nrows * ncols > len(variants) else 1.0)),
+                 layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+    colors = {c: f"C{i}" for i, c in enumerate(configs)}
+    for ax, variant in zip(axes, variants):
+        for config in configs:
+            ok = sorted((r for r in rows if r["variant"] == variant and r["config"] == config
+                         and r["status"] == "ok"), key=lambda r: r["B"])
+            if not ok:
+                continue
+            bs = [r["B"] for r in ok]
+            ax.plot(bs, [r["modeled_us"] for r in ok], "o-", color=colors[config], label=config)
+            ax.plot(bs, [r["roofline_us"] for r in ok], "--", color=colors[config], alpha=0.7)
+        failed = [r for r in rows if r["variant"] == variant and r["status"] != "ok"]
+        title = variant + (f"  ({len(failed)} failed rows)" if failed else "")
+        ax.set_title(title)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(batches, [str(b) for b in batches])
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_xlabel("batch B")
+        ax.set_ylabel("µs per call, modeled (trn2 cost model)")
+        ax.grid(True, which="major", alpha=0.3)
+    for ax in axes[len(variants):]:
+        ax.axis("off")
+    handles, labels = axes[0].get_legend_handles_labels()
+    handles += [Line2D([], [], color="gray", ls="-", marker="o"), Line2D([], [], color="gray", ls="--")]
+    labels += ["modeled time (solid)", "HBM roofline, same bytes (dashed)"]
+    if len(axes) > len(variants):  # a spare panel holds the legend
+        axes[len(variants)].legend(handles, labels, loc="center", frameon=False, title="per-device config")
+    else:
+        fig.legend(handles, labels, loc="outside lower center", ncols=min(4, len(labels)), frameon=False)
+    fig.suptitle("GDN decode kernels, one layer per device: time vs batch, modeled (trn2 cost model); "
+                 f"HBM roofline at {costs.HBM_ROOFLINE_GBPS:g} GB/s per NeuronCore")
+    fig.savefig(path, dpi=110)
+
+
+# --- the sweep --------------------------------------------------------------------------------
+
+HEADER = (f"{'config':<24}{'B':>4}  {'variant':<18}{'modeled_us':>11}{'roofline_us':>12}{'ratio':>8}"
+          f"{'instr':>7}  {'busiest lane':<20}{'cpu_model_s':>11}")
+
+
+def _line(row):
+    if row["status"] != "ok":
+        wall = row["cpu_model_wall_s"]
+        return f"FAILED {row['error']['type']}: {row['error']['message'][:90]}" + (
+            f"  ({wall:.1f} s)" if wall is not None else "")
+    ratio = row["modeled_over_roofline"]
+    lane = row["busiest_lane"]
+    busiest = f"{lane} {row['busy_fraction'][lane]:.0%}" if lane else "-"
+    return (f"{row['modeled_us']:11.2f}{row['roofline_us']:12.2f}"
+            f"{(f'{ratio:.1f}x' if ratio else '-'):>8}{row['instructions']:7d}  {busiest:<20}"
+            f"{row['cpu_model_wall_s']:11.2f}")
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    if kernels.NKI_BACKEND != "nkicpu":
+        print(f"benchmarks.sweep: the cost model needs nkicpu, but `nki` is {kernels.NKI_BACKEND}; "
+              "run with NKICPU=1", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    json_path, png_path = args.out / JSON_NAME, args.out / PLOT_NAME
+    meta = metadata(argv, args)
+    rows = []
+    start = time.perf_counter()
+    print(f"GDN decode sweep, {MODELED}: {len(args.shapes)} configs x {len(args.batches)} batches x "
+          f"{len(args.variants)} variants -> {json_path}")
+    print(HEADER, flush=True)
+    for shape in args.shapes:
+        for B in args.batches:
+            s = shape.with_batch(B)
+            try:
+                inputs = stage_inputs(s)
+                input_error = None
+            except Exception as exc:  # every row of this (config, B) fails with it
+                inputs, input_error = None, exc
+            for variant in args.variants:
+                print(f"{s.name:<24}{B:>4}  {variant.name:<18}", end="", flush=True)
+                row = (failed_row(variant, s, input_error) if input_error is not None
+                       else run_row(variant, s, inputs))
+                print(_line(row), flush=True)
+                rows.append(row)
+                write_json(json_path, {**meta, "complete": False}, rows)
+            del inputs
+            gc.collect()
+
+    failed = [r for r in rows if r["status"] != "ok"]
+    total = time.perf_counter() - start
+    meta.update(complete=True, total_wall_s=total, rows_total=len(rows), rows_failed=len(failed))
+    write_json(json_path, meta, rows)
+    try:
+        plot(rows, png_path)
+        plot_error = None
+    except Exception as exc:  # the JSON is written; say so and fail at the end
+        plot_error = f"{type(exc).__name__}: {exc}"
+
+    print(f"\n{len(rows)} rows in {total:.1f} s host wall time; slowest row per variant (CPU model):")
+    for variant in args.variants:
+        timed = [r for r in rows if r["variant"] == variant.name and r["cpu_model_wall_s"] is not None]
+        if timed:
+            r = max(timed, key=lambda r: r["cpu_model_wall_s"])
+            print(f"  {variant.name:<18}{r['cpu_model_wall_s']:7.2f} s  ({r['config']}, B={r['B']})")
+    print(f"wrote {json_path}")
+    print(f"wrote {png_path}" if plot_error is None else f"plot FAILED: {plot_error}")
+    if failed:
+        print(f"{len(failed)} row(s) FAILED (errors recorded in {json_path})", file=sys.stderr)
+    return 1 if failed or plot_error else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

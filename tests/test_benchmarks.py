@@ -1,0 +1,96 @@
+"""The benchmark sweep's machinery, through the CLI's own entry point, on a tiny subset.
+
+One small real shard (Qwen3.5-397B-A17B TP16) at B = 1, every registered variant: the JSON has
+one well-formed row per variant, every row is labelled modeled and is at or above its HBM
+roofline, and the plot is written.
+"""
+import json
+import math
+
+import pytest
+
+import kernels
+from benchmarks import sweep
+from benchmarks.variants import VARIANTS, Variant
+from nkicpu.profile import MODELED
+
+pytestmark = pytest.mark.skipif(kernels.NKI_BACKEND != "nkicpu",
+                                reason="the sweep's cost model runs on nkicpu (set NKICPU=1)")
+
+ROW_KEYS = {
+    "variant", "kind", "kernel", "config", "model", "tp", "B", "H", "nk", "nv", "dk", "dv", "K",
+    "G", "conv_dim", "value_dim", "label", "status", "modeled_us", "roofline_us",
+    "modeled_over_roofline", "hbm_read_bytes", "hbm_write_bytes", "busy_fraction", "busiest_lane",
+    "instructions", "peak_sbuf_bytes", "peak_psum_banks", "cpu_model_wall_s", "cpu_model_run_s",
+    "cpu_model_schedule_s", "error",
+}
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sweep")
+    code = sweep.main(["--quick", "--batches", "1", "--out", str(out)])
+    return code, out, json.loads((out / sweep.JSON_NAME).read_text())
+
+
+def test_exit_code_and_outputs(quick_run):
+    code, out, _ = quick_run
+    assert code == 0
+    png = out / sweep.PLOT_NAME
+    assert png.is_file() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_metadata(quick_run):
+    meta = quick_run[2]["metadata"]
+    assert meta["label"] == MODELED and "modeled" in meta["label"]
+    assert meta["complete"] is True and meta["rows_failed"] == 0
+    assert meta["nki_backend"] == "nkicpu"
+    for key in ("created", "git_commit", "command", "cost_model", "fields", "total_wall_s"):
+        assert key in meta
+    assert "costs.py" in meta["cost_model"]["source"]
+    assert meta["cost_model"]["constants"] and all(c["source"] for c in meta["cost_model"]["constants"])
+
+
+def test_one_row_per_variant_with_the_schema(quick_run):
+    rows = quick_run[2]["rows"]
+    assert [r["variant"] for r in rows] == [v.name for v in VARIANTS]
+    for r in rows:
+        assert set(r) == ROW_KEYS, r["variant"]
+        assert r["status"] == "ok" and r["error"] is None, r["error"]
+        assert (r["config"], r["model"], r["tp"]) == ("Qwen3.5-397B-A17B TP16", "Qwen3.5-397B-A17B", 16)
+        assert (r["B"], r["H"], r["nk"], r["nv"], r["dk"], r["dv"], r["K"]) == (1, 4096, 1, 4, 128, 128, 4)
+        assert r["instructions"] > 0 and r["hbm_read_bytes"] > 0 and r["hbm_write_bytes"] > 0
+        assert r["busy_fraction"] and all(0.0 <= f <= 1.0 + 1e-9 for f in r["busy_fraction"].values())
+        assert r["busiest_lane"] in r["busy_fraction"]
+        assert r["cpu_model_wall_s"] > 0
+        assert math.isclose(r["cpu_model_wall_s"], r["cpu_model_run_s"] + r["cpu_model_schedule_s"])
+
+
+def test_modeled_at_or_above_roofline_and_labelled_modeled(quick_run):
+    for r in quick_run[2]["rows"]:
+        assert r["label"] == MODELED, r["variant"]
+        assert r["modeled_us"] >= r["roofline_us"] > 0, r["variant"]
+        assert math.isclose(r["modeled_over_roofline"], r["modeled_us"] / r["roofline_us"])
+
+
+def test_a_failing_row_is_recorded_and_the_exit_code_says_so(tmp_path, monkeypatch):
+    """A row that raises is kept, with its error, and the sweep exits non-zero at the end."""
+    broken = Variant("broken", "kernels.in_proj:no_such_kernel", lambda s, x: ())
+    monkeypatch.setitem(sweep.VARIANTS_BY_NAME, "broken", broken)
+    code = sweep.main(["--quick", "--batches", "1", "--stages", "gqa_repeat,broken", "--out", str(tmp_path)])
+    data = json.loads((tmp_path / sweep.JSON_NAME).read_text())
+    assert code == 1 and data["metadata"]["rows_failed"] == 1
+    ok, bad = data["rows"]
+    assert ok["status"] == "ok" and set(bad) == ROW_KEYS
+    assert bad["status"] == "error" and bad["modeled_us"] is None
+    assert bad["error"]["type"] == "AttributeError" and "no_such_kernel" in bad["error"]["message"]
+
+
+def test_bad_arguments_are_rejected():
+    with pytest.raises(SystemExit):
+        sweep.parse_args(["--stages", "nope"])
+    with pytest.raises(SystemExit):
+        sweep.parse_args(["--configs", "Qwen3-Next-80B-TP3"])
+    args = sweep.parse_args(["--configs", "qwen3-next-80b tp4,Qwen3.5-27B:TP8", "--batches", "1,64"])
+    assert [s.name for s in args.shapes] == ["Qwen3-Next-80B TP4", "Qwen3.5-27B TP8"]
+    assert args.batches == [1, 64]
