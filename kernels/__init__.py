@@ -7,6 +7,10 @@ even where the SDK is installed (to compare the two on a trn instance).
 """
 import os
 
+# Equal to pyproject.toml's version and below 0.1.7, the first release of Hugging Face's `kernels`:
+# transformers reads it when it probes for the hub package and must reject it (README).
+__version__ = "0.1.0"
+
 
 def _install_nki():
     if os.environ.get("NKICPU", "0") != "1":
