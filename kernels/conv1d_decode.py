@@ -11,6 +11,7 @@ import nki.language as nl
 import nki.isa as nisa
 
 from .checks import expect, expect_dtype, expect_rank, expect_shape
+from .layout import load_channel_major, store_rows
 
 K_MIN, K_MAX = 2, 4          # the conv widths causal-conv1d and vLLM's Triton kernel support (Qwen: 4)
 WINDOW_FREE_MAX = 4096       # window elements (tiles * B * K) per partition per chunk of the entry point
@@ -132,15 +133,21 @@ def conv1d_decode_kernel(mixed_qkv, conv_weight, conv_state):
           the above.
         - conv_dim is tiled by 128 channels on partitions (channel c0 + 128*t + p on partition p);
           a partial last tile (conv_dim % 128 channels) is handled on its own.
-        - Several 128-channel tiles are loaded by one DMA each and computed by one instruction each
+        - Several 128-channel tiles are loaded together and computed by one instruction each
           (at most WINDOW_FREE_MAX = 4096 window elements per partition per chunk; every real shard
           at B <= 8 is one chunk).
-        - The HBM views are transposes ([B, C] -> [C, B]), so the DMAs move K*2-byte runs (state)
-          and 2-byte elements (mixed_qkv, conv_out): fine for decode sizes, and what the fused
-          kernel needs, where the window stays on chip next to in_proj's output.
+        - HBM holds rows ([B, C], [B, C, K], [C, K]); the tiles are channel-major. Every transfer
+          goes through kernels.layout: load_channel_major (contiguous row DMAs, TensorE
+          transposes into PSUM, one eviction per bank) and store_rows (the inverse), so each DMA
+          moves one contiguous run of at least 2 KiB (or a whole row) per partition. The weight
+          loads as rows [T, 128 * K] (one per channel tile) into the [P, T, K] tile. A DMA
+          through a transposing HBM view would move 2-byte (mixed_qkv, conv_out) or K*2-byte
+          (conv_state) runs, one descriptor each. The fused kernel skips all of this: its window
+          stays on chip next to in_proj's channel-major output.
         - Inputs are never written. A chunk takes about 8*T*B*K + 8*T*B bytes of SBUF per partition
-          (at most about 40 KiB under the chunk limit); a single tile needs about 8*B*K, so B can
-          reach a few thousand tokens.
+          for its tiles (at most about 40 KiB under the chunk limit), plus the row staging tiles of
+          kernels.layout (up to T*128*K*2 bytes per partition); a single tile needs about 8*B*K,
+          so B can reach a few thousand tokens.
 
     Pseudocode:
         window = concatenate([conv_state[:, :, 1:], mixed_qkv[:, :, None]], axis=2)   # [B, C, K]
@@ -167,22 +174,18 @@ def conv1d_decode_kernel(mixed_qkv, conv_weight, conv_state):
 
     for c0, P, T in _channel_chunks(conv_dim, B, K):
         c1 = c0 + T * P
-        # channel-major HBM views: channel c0 + P*t + p -> partition p, tile t
-        x_hbm = mixed_qkv[:, c0:c1].reshape_dim(1, (T, P)).permute((2, 1, 0))         # [P, T, B]
-        w_hbm = conv_weight[c0:c1, :].reshape_dim(0, (T, P)).permute((1, 0, 2))       # [P, T, K]
-        s_hbm = conv_state[:, c0:c1, :].reshape_dim(1, (T, P)).permute((2, 1, 0, 3))  # [P, T, B, K]
-
+        # HBM rows -> channel-major tiles: channel c0 + P*t + p on partition p, tile t
         x = nl.ndarray((P, T, B), nl.bfloat16, name="x")
-        nisa.dma_copy(x, x_hbm)
+        load_channel_major(x, mixed_qkv[:, c0:c1])                          # rows [B, T*P]
         w = nl.ndarray((P, T, K), nl.float32, name="w")
-        nisa.dma_copy(w, w_hbm)
+        load_channel_major(w.expand_dim(1), conv_weight[c0:c1, :].reshape((T, P, K)))  # rows [T, P*K]
         state = nl.ndarray((P, T, B, K), nl.bfloat16, name="state")
-        nisa.dma_copy(state, s_hbm)
+        load_channel_major(state, conv_state[:, c0:c1, :])                  # rows [B, T*P*K]
 
         out = nl.ndarray((P, T, B), nl.bfloat16, name="out")
         window = nl.ndarray((P, T, B, K), nl.bfloat16, name="window")
         conv1d_decode_tile(out, window, x, w, state)
 
-        nisa.dma_copy(conv_out[:, c0:c1].reshape_dim(1, (T, P)).permute((2, 1, 0)), out)
-        nisa.dma_copy(new_state[:, c0:c1, :].reshape_dim(1, (T, P)).permute((2, 1, 0, 3)), window)
+        store_rows(conv_out[:, c0:c1], out)
+        store_rows(new_state[:, c0:c1, :], window)
     return conv_out, new_state

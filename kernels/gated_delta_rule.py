@@ -27,6 +27,7 @@ import nki.language as nl
 import nki.isa as nisa
 
 from .checks import expect, expect_dtype, expect_rank, expect_shape
+from .layout import load_channel_major, store_rows
 
 L2NORM_EPS = 1e-6          # l2norm(x) = x * rsqrt(sum(x^2) + eps): eps inside the sqrt, on the sum
 PMAX = 128                 # partitions
@@ -101,7 +102,8 @@ def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurren
           each with one state DMA in and one out per DMA_TILES tiles, ~14 instructions for its
           delta, o and outer-product operands, and per tile of R pairs F matmuls for S^T [k, q]
           (one per pair at F = R), one outer-product matmul and one VectorE decay-and-add. At 128
-          pairs: 306 instructions, about 2.4 per pair.
+          pairs the standalone kernel issues 310 instructions (with its loads and stores), about
+          2.4 per pair.
         - Engines: TensorE does every sum over partitions (norms, k . q, S^T [k, q]), the gate
           broadcast, the layout changes (selector matmuls, transposes) and the outer products;
           VectorE the per-pair elementwise math and the state update (reading PSUM); ScalarE the
@@ -466,50 +468,32 @@ def _gated_delta_rule_hbm(q, k, v, a, b, A_log, dt_bias, recurrent_state):
     o = nl.ndarray((B, nv, dv), nl.bfloat16, buffer=nl.shared_hbm, name="o")
     new_state = nl.ndarray((B, nv, dk, dv), nl.float32, buffer=nl.shared_hbm, name="new_state")
 
-    # [B, heads, d] rows -> channel-major [d, heads, B]: contiguous row DMAs + TensorE transposes
-    q_sb = _load_transposed(q.reshape((B * nq, dk)), "q").reshape_dim(1, (B, nq)).permute((0, 2, 1))
-    k_sb = _load_transposed(k.reshape((B * nq, dk)), "k").reshape_dim(1, (B, nq)).permute((0, 2, 1))
-    v_sb = _load_transposed(v.reshape((B * nv, dv)), "v").reshape_dim(1, (B, nv)).permute((0, 2, 1))
+    # [B, heads, d] rows -> channel-major [d, B * heads] tiles, viewed as [d, heads, B]
+    q_sb = nl.ndarray((dk, B * nq), q.dtype, name="q_T")
+    load_channel_major(q_sb, q.reshape((B * nq, dk)))
+    k_sb = nl.ndarray((dk, B * nq), k.dtype, name="k_T")
+    load_channel_major(k_sb, k.reshape((B * nq, dk)))
+    v_sb = nl.ndarray((dv, B * nv), v.dtype, name="v_T")
+    load_channel_major(v_sb, v.reshape((B * nv, dv)))
     a_sb = nl.ndarray((nv, B), a.dtype, name="a")
-    nisa.dma_copy(a_sb, a.permute((1, 0)))
+    load_channel_major(a_sb, a)
     b_sb = nl.ndarray((nv, B), b.dtype, name="b")
-    nisa.dma_copy(b_sb, b.permute((1, 0)))
+    load_channel_major(b_sb, b)
     A_sb = nl.ndarray((nv, 1), nl.float32, name="A_log")
     nisa.dma_copy(A_sb, A_log.reshape((nv, 1)))
     dt_sb = nl.ndarray((nv, 1), nl.float32, name="dt_bias")
     nisa.dma_copy(dt_sb, dt_bias.reshape((nv, 1)))
 
     o_sb = nl.ndarray((dv, B, nv), nl.bfloat16, name="o_sb")
-    gated_delta_rule_block(o_sb.permute((0, 2, 1)), new_state, q_sb, k_sb, v_sb, a_sb, b_sb, A_sb, dt_sb,
-                           recurrent_state)
-    _store_transposed(o.reshape((B * nv, dv)), o_sb.reshape((dv, B * nv)))
+    gated_delta_rule_block(o_sb.permute((0, 2, 1)), new_state, _heads_first(q_sb, B), _heads_first(k_sb, B),
+                           _heads_first(v_sb, B), a_sb, b_sb, A_sb, dt_sb, recurrent_state)
+    store_rows(o.reshape((B * nv, dv)), o_sb.reshape((dv, B * nv)))
     return o, new_state
 
 
-def _load_transposed(src, name):
-    """HBM [R, C] -> new SBUF [C, R] (same dtype), C <= 128: row DMAs of <= 128 rows, TensorE transposes."""
-    R, C = src.shape
-    dst = nl.ndarray((C, R), src.dtype, name=f"{name}_T")
-    for r0 in range(0, R, PMAX):
-        rr = min(PMAX, R - r0)
-        rows = nl.ndarray((rr, C), src.dtype, name=f"{name}_rows")
-        nisa.dma_copy(rows, src[r0:r0 + rr, :])
-        ps = nl.ndarray((C, rr), src.dtype, buffer=nl.psum, name=f"{name}_T_psum")
-        nisa.nc_transpose(ps, rows, engine=nisa.engine.tensor)
-        nisa.tensor_copy(dst[:, r0:r0 + rr], ps)
-    return dst
-
-
-def _store_transposed(dst, src):
-    """SBUF [C, R] -> HBM [R, C] (same dtype): TensorE transposes to rows, row DMAs of <= 128 rows."""
-    R, C = dst.shape
-    for r0 in range(0, R, PMAX):
-        rr = min(PMAX, R - r0)
-        ps = nl.ndarray((rr, C), src.dtype, buffer=nl.psum, name="rows_psum")
-        nisa.nc_transpose(ps, src[:, r0:r0 + rr], engine=nisa.engine.tensor)
-        rows = nl.ndarray((rr, C), src.dtype, name="rows")
-        nisa.tensor_copy(rows, ps)
-        nisa.dma_copy(dst[r0:r0 + rr, :], rows)
+def _heads_first(t, B):
+    """[d, B * heads] (HBM's row order: b-major) as the [d, heads, B] view the block takes."""
+    return t.reshape_dim(1, (B, t.shape[1] // B)).permute((0, 2, 1))
 
 
 @nki.jit
@@ -537,9 +521,11 @@ def gated_delta_rule_kernel(q, k, v, a, b, A_log, dt_bias, recurrent_state):
         - Rejects (ValueError naming the argument): wrong ranks or shapes (k as q; v, a, b, A_log,
           dt_bias and recurrent_state consistent with q's B, nv, dk and v's dv), dk > 128,
           dv > 128, nv > 128, dtypes other than the above.
-        - q, k, v are loaded as [B * heads, d] row blocks (one contiguous d-element run per
-          partition) and transposed on TensorE to channel-major [d, heads, B]; o goes back the same
-          way. a, b, A_log, dt_bias are tiny and loaded through transposed HBM views.
+        - q, k, v, a, b move as rows ([B * heads, d] and [B, nv]) through kernels.layout's
+          load_channel_major: up to 128 rows per DMA (one contiguous row per partition), then
+          TensorE transposes to channel-major [d, heads, B] and [nv, B]; o goes back the same way
+          (store_rows). A_log and dt_bias [nv] load as [nv, 1] columns, one 4-byte element per
+          partition.
         - See gated_delta_rule_block for the state's folded on-chip layout, the engines and the
           rounding points.
 

@@ -16,6 +16,7 @@ import nki.isa as nisa
 import nki.language as nl
 
 from .checks import expect, expect_dtype, expect_multiple, expect_rank
+from .layout import load_channel_major, store_rows
 
 P_MAX = 128                    # partitions; also the contraction tile of one matmul
 PSUM_BANK_FP32 = 512           # fp32 elements per partition in one 2 KiB PSUM bank
@@ -40,17 +41,22 @@ def load_hidden_T(dst, hidden):
 
     Notes:
         - Partition p holds the KT consecutive hidden features p*KT .. p*KT + KT - 1 (h = p*KT + kt),
-          so each partition reads runs of KT contiguous elements, and a weight row block for one
-          partition is a run of KT consecutive weight rows (see `project_columns`).
-        - One DMA for the whole token batch: B * H * 2 bytes.
+          so a weight row block for one partition is a run of KT consecutive weight rows (see
+          `project_columns`).
+        - hidden moves as rows (kernels.layout.load_channel_major on the view [B, 128, KT]): one
+          DMA per 128 tokens, a contiguous H * 2 bytes per partition, then KT TensorE transposes
+          of [B, 128] (every KT-th element of the rows: features p*KT + kt) into PSUM, evicted by
+          one tensor_copy per bank (1024 // B transposes per bank). A DMA straight into
+          [128, B, KT] would move B * 128 runs of KT * 2 bytes (80 B at H = 5120), each a DMA
+          descriptor.
 
     Pseudocode:
         dst[p, b, kt] = hidden[b, 0, p * KT + kt]
     """
     B, _, H = hidden.shape
     KT = H // P_MAX
-    # hidden[b, 0, p*KT + kt] sits at flat index b*H + p*KT + kt: a partition-major access pattern.
-    nisa.dma_copy(dst=dst, src=hidden.ap(pattern=[[KT, P_MAX], [H, B], [1, KT]], offset=0))
+    # Rows [B, 128, KT] (feature p*KT + kt of token b at [b, p, kt]) into dst viewed as [128, 1, B, KT].
+    load_channel_major(dst.expand_dim(1), hidden.reshape((B, P_MAX, KT)))
     return dst.permute((0, 2, 1))
 
 
@@ -143,18 +149,20 @@ def project_columns(dst, hidden_T, W, col0=0):
 
 
 def _project_to_hbm(out, hidden_T, W):
-    """Entry-point helper: out [B, N] @ HBM = hidden @ W, via 128-channel tiles and a tail tile."""
+    """Entry-point helper: out [B, N] @ HBM = hidden @ W, via 128-channel tiles and a tail tile.
+
+    The channel-major tiles leave as rows (`store_rows`: TensorE transposes, contiguous row DMAs).
+    """
     B, N = out.shape
     full, tail = N // P_MAX, N % P_MAX
     if full > 0:
         tiles = nl.ndarray((P_MAX, full, B), dtype=nl.bfloat16, buffer=nl.sbuf)
         project_columns(tiles, hidden_T, W, col0=0)
-        # out[b, t*128 + p] <- tiles[p, t, b]: the channel-major tiles leave through a transposing pattern.
-        nisa.dma_copy(dst=out.ap(pattern=[[1, P_MAX], [P_MAX, full], [N, B]], offset=0), src=tiles)
+        store_rows(out[:, 0:full * P_MAX], tiles)
     if tail > 0:
         last = nl.ndarray((tail, B), dtype=nl.bfloat16, buffer=nl.sbuf)
         project_columns(last, hidden_T, W, col0=full * P_MAX)
-        nisa.dma_copy(dst=out.ap(pattern=[[1, tail], [N, B]], offset=full * P_MAX), src=last)
+        store_rows(out[:, full * P_MAX:N], last)
 
 
 @nki.jit
@@ -183,8 +191,10 @@ def in_proj_kernel(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b):
         - hidden is loaded once (load_hidden_T) and feeds all four projections; each weight
           streams from HBM exactly once (project_columns). Decode is weight-DMA bound:
           2 * H * (conv_dim + value_dim + 2*nv) bytes.
-        - On chip the results are channel-major [channels, B]; the store to [B, C] transposes in
-          the DMA access pattern (2-byte elements: small, B * C * 2 bytes).
+        - On chip the results are channel-major [channels, B]; they leave as rows
+          (kernels.layout.store_rows: TensorE transposes, one eviction per PSUM bank, one
+          contiguous row DMA per output and 128 tokens; a store through a transposing HBM view
+          would move 2-byte elements, one DMA descriptor each).
 
     Pseudocode:
         x = hidden[:, 0, :].astype(np.float32)

@@ -9,6 +9,7 @@ import nki.language as nl
 import nki.isa as nisa
 
 from .checks import expect, expect_dtype, expect_rank, expect_shape
+from .layout import load_channel_major, store_rows
 
 RMSNORM_EPS = 1e-6      # config.rms_norm_eps of every Qwen3-Next / Qwen3.5 model (not the 1e-5 library default)
 PSUM_FMAX = 512         # fp32 elements of one 2 KiB PSUM bank: a matmul's moving free size on trn2
@@ -125,8 +126,9 @@ def rmsnorm_gated_kernel(o, z, norm_weight):
         - In HBM, o, z and out are all [(b, h) rows, dv] row-major. They move as contiguous rows
           (dv * 2 bytes per partition), up to 128 rows per DMA, and TensorE transposes each block
           between rows and the channel-major [dv, (b, h)] tiles of the building block (one
-          transpose and one PSUM eviction per 128 rows per tensor). The fused kernel skips the
-          input side: its o and z are already on chip, channel-major.
+          transpose and one PSUM eviction per 128 rows per tensor): kernels.layout's
+          load_channel_major and store_rows. The fused kernel skips the input side: its o and z
+          are already on chip, channel-major.
         - eps = 1e-6, norm before gate, one rounding to bf16 at the end.
 
     Pseudocode:
@@ -152,9 +154,9 @@ def rmsnorm_gated_kernel(o, z, norm_weight):
 
     # channel-major tiles with the (b, h) pairs in HBM's row order: [dv, B, nv]
     o_sb = nl.ndarray((dv, R), nl.bfloat16, name="o_sb")     # an fp32 o is rounded on the way in
-    _load_channel_major(o_sb, o.reshape((R, dv)))
+    load_channel_major(o_sb, o.reshape((R, dv)))
     z_sb = nl.ndarray((dv, R), nl.bfloat16, name="z_sb")
-    _load_channel_major(z_sb, z.reshape((R, dv)))
+    load_channel_major(z_sb, z.reshape((R, dv)))
     w_sb = nl.ndarray((dv, 1), nl.float32, name="w_sb")
     nisa.dma_copy(w_sb, norm_weight.reshape((dv, 1)))
 
@@ -164,33 +166,5 @@ def rmsnorm_gated_kernel(o, z, norm_weight):
                        o_sb.reshape((dv, B, nv)).permute((0, 2, 1)),
                        z_sb.reshape((dv, B, nv)).permute((0, 2, 1)), w_sb)
 
-    _store_rows(out.reshape((R, dv)), out_sb)
+    store_rows(out.reshape((R, dv)), out_sb)
     return out
-
-
-def _load_channel_major(dst, src):
-    """HBM rows src [R, C] -> SBUF dst [C, R] (C <= 128): contiguous row DMAs of <= 128 rows, each
-    block transposed on TensorE (bit-exact on trn2) and evicted from PSUM in dst's dtype."""
-    R, C = src.shape
-    P = nl.tile_size.pmax
-    for r0 in range(0, R, P):
-        rr = min(P, R - r0)
-        rows = nl.ndarray((rr, C), src.dtype, name="rows_in")
-        nisa.dma_copy(rows, src[r0:r0 + rr, :])
-        rows_T = nl.ndarray((C, rr), src.dtype, buffer=nl.psum, name="rows_in_T")
-        nisa.nc_transpose(rows_T, rows, engine=nisa.engine.tensor)
-        nisa.tensor_copy(dst[:, r0:r0 + rr], rows_T)
-
-
-def _store_rows(dst, src):
-    """SBUF src [C, R] -> HBM rows dst [R, C] (same dtype, C <= 128): TensorE transposes of <= 128
-    columns, evicted from PSUM, then contiguous row DMAs."""
-    R, C = dst.shape
-    P = nl.tile_size.pmax
-    for r0 in range(0, R, P):
-        rr = min(P, R - r0)
-        rows_T = nl.ndarray((rr, C), src.dtype, buffer=nl.psum, name="rows_out_T")
-        nisa.nc_transpose(rows_T, src[:, r0:r0 + rr], engine=nisa.engine.tensor)
-        rows = nl.ndarray((rr, C), src.dtype, name="rows_out")
-        nisa.tensor_copy(rows, rows_T)
-        nisa.dma_copy(dst[r0:r0 + rr, :], rows)

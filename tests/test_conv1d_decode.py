@@ -165,15 +165,48 @@ def test_building_block_on_one_head_tile():
     assert_bit_exact(state, np.ascontiguousarray(want_state[:, 640:768]), "conv_state head 5")
 
 
+def _is_layout(ins):
+    """An instruction of kernels.layout: a DMA, a TensorE transpose or a PSUM eviction."""
+    evicts_psum = ins.opcode == "tensor_copy" and ins.reads[0].buffer == "psum"
+    return ins.opcode in ("dma_copy", "nc_transpose") or evicts_psum
+
+
 def test_instruction_sequence():
-    """Per chunk: 3 loads, 2 copies (GpSimd shift, VectorE new column), multiply, reduce, SiLU, 2 stores."""
+    """Per chunk: 3 loads (x, w, state), the block's 5 instructions (GpSimd shift, VectorE new column,
+    multiply, reduce, SiLU), 2 stores. Each load and store is one DMA, TensorE transposes and one
+    PSUM eviction per bank (kernels.layout). At Qwen3.5-0.8B TP1, B = 8 (48 channel tiles): x rows
+    in 6 pieces of 8 tiles (8 transposes), w as 48 rows of [128, K] (K transposes), state rows in
+    16 pieces of 3 tiles (3 * K transposes); the stores likewise."""
     shape = SHARD_SHAPES[-1]
     ins = nkicpu.capture(conv1d_decode_kernel)(*conv_inputs(shape)).instructions
-    assert [(i.engine, i.opcode) for i in ins] == [
-        ("dma", "dma_copy"), ("dma", "dma_copy"), ("dma", "dma_copy"),
-        ("gpsimd", "tensor_copy"), ("vector", "tensor_copy"),
-        ("vector", "tensor_tensor"), ("vector", "tensor_reduce"), ("scalar", "activation"),
-        ("dma", "dma_copy"), ("dma", "dma_copy")]
+    block = [(i.engine, i.opcode) for i in ins if not _is_layout(i)]
+    assert block == [("gpsimd", "tensor_copy"), ("vector", "tensor_copy"),
+                     ("vector", "tensor_tensor"), ("vector", "tensor_reduce"), ("scalar", "activation")]
+    first, last = (next(n for n, i in enumerate(ins) if not _is_layout(i)),
+                   max(n for n, i in enumerate(ins) if not _is_layout(i)))
+    dmas = [n for n, i in enumerate(ins) if i.opcode == "dma_copy"]
+    assert len(dmas) == 5 and all(n < first for n in dmas[:3]) and all(n > last for n in dmas[3:])
+    K = shape.K
+    assert sum(i.opcode == "nc_transpose" for i in ins) == (8 + K + 3 * K) + (8 + 3 * K)
+    evictions = sum(_is_layout(i) and i.opcode == "tensor_copy" for i in ins)
+    assert evictions == (1 + 1 + 3) + (1 + 2)        # PSUM banks: x, w, state (one per tile); out, window
+
+
+@shapes_param(SHARD_SHAPES)
+def test_dmas_move_long_contiguous_runs(shape):
+    """Every DMA at a real shard moves one contiguous HBM run per partition of at least 2 KiB, or a
+    whole row of its tensor (a transposing view would move 2- or 8-byte runs)."""
+    c = nkicpu.capture(conv1d_decode_kernel)(*conv_inputs(shape))
+    row_bytes = {shape.conv_dim * 2, shape.conv_dim * shape.K * 2, 128 * shape.K * 4}   # x / out, state, w
+    for ins in c.instructions:
+        if ins.opcode != "dma_copy":
+            continue
+        hbm = next(a for a in ins.reads + ins.writes if not a.on_chip)
+        sbuf = next(a for a in ins.reads + ins.writes if a.on_chip)
+        idx = hbm.indices().reshape(sbuf.partitions, -1)
+        assert (np.diff(idx, axis=1) == 1).all(), hbm.pattern
+        run = idx.shape[1] * hbm.itemsize
+        assert run >= 2048 or run in row_bytes, (run, hbm.pattern)
 
 
 # --- validation: one test per check --------------------------------------------------------------

@@ -115,6 +115,28 @@ def test_weights_stream_once_in_large_dmas():
     assert c.peak_psum_banks <= 4
 
 
+def test_hidden_and_outputs_move_as_rows():
+    """hidden and the four outputs move as rows (kernels.layout): each of their DMAs moves one
+    contiguous HBM run per partition, a whole row or a piece of at least 2 KiB (a transposing
+    view would move 2-byte elements for the outputs and KT * 2 bytes for hidden)."""
+    shape = SHARD_SHAPES[-1]
+    args = shard_inputs(shape)
+    c = nkicpu.capture(in_proj_kernel)(*args)
+    hidden_alloc = min(i.reads[0].alloc for i in c.instructions
+                       if i.opcode == "dma_copy" and i.reads[0].buffer == "private_hbm")
+    rows = {shape.H * 2, shape.conv_dim * 2, shape.value_dim * 2, shape.nv * 2}
+    moved = [i for i in c.instructions if i.opcode == "dma_copy"
+             and (i.writes[0].buffer == "shared_hbm" or i.reads[0].alloc == hidden_alloc)]
+    assert len(moved) == 5
+    for ins in moved:
+        hbm = next(a for a in ins.reads + ins.writes if not a.on_chip)
+        sbuf = next(a for a in ins.reads + ins.writes if a.on_chip)
+        idx = hbm.indices().reshape(sbuf.partitions, -1)
+        assert (np.diff(idx, axis=1) == 1).all(), hbm.pattern
+        run = idx.shape[1] * hbm.itemsize
+        assert run in rows or run >= 2048, (run, hbm.pattern)
+
+
 def test_zero_hidden_gives_exact_zeros():
     """A fresh sequence's zero token (gdn-math §4.7): every projection is exactly 0, no NaN."""
     args = stage_inputs(SMALL, hidden=0.0)

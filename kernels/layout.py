@@ -1,0 +1,219 @@
+"""HBM rows <-> channel-major SBUF tiles: how the entry points move activations on and off chip.
+
+In HBM the activations of the GDN decode step are row-major, [rows, channels]: a token's channels
+(or a (token, head) pair's dv channels) are contiguous. On chip every stage works channel-major:
+channels on partitions, rows in the free dim. A DMA whose access pattern does the transpose moves
+one element, 2 bytes, per descriptor (contiguous run), while the DMA guides want 2-4 KiB per
+partition and descriptor for full throughput (reference/nki-api.md §4.3): a descriptor keeps the
+engines about as long as ~2.4 KiB of data, so such a DMA runs at about a thousandth of the rate.
+
+Building blocks (plain functions, inlined where they are called):
+  load_channel_major(dst, src)   HBM rows src [R, C(, K)] -> SBUF dst [P, T, R(, K)], C = T*P
+  store_rows(dst, src)           SBUF src [P, T, R(, K)] -> HBM rows dst [R, C(, K)]
+
+Both move rows instead, one long contiguous run per partition, and let TensorE turn [rows, P]
+blocks around (`nc_transpose`, a matmul against the identity: bit-exact on trn2) through PSUM,
+where one copy evicts all the transposes that share a bank.
+"""
+import nki
+import nki.language as nl
+import nki.isa as nisa
+
+from .checks import expect, expect_dtype
+
+PMAX = 128                  # partitions: rows (or row pieces) per staging DMA and per transpose
+PSUM_BANK_BYTES = 2048      # one PSUM bank per partition; a TensorE output must fit in one
+MIN_PIECE_BYTES = 2048      # a row is cut over several partitions only into runs at least this long
+
+
+def load_channel_major(dst, src):
+    """Load HBM rows into a channel-major SBUF tile: contiguous row DMAs, then TensorE transposes.
+
+    Dimensions:
+        R: rows (tokens, or (token, head) pairs); any number, taken 128 at a time
+        P: channels per tile, on dst's partitions (<= 128)
+        T: channel tiles side by side in dst's free dim; C = T * P channels per row
+        K: an optional inner dim of each channel (conv_state's window); 1 if absent
+
+    Args:
+        dst (nl.ndarray): [P, T, R, K] @ SBUF if src has K, else [P, T, R]; T = 1 may be left
+            out ([P, R, K] or [P, R]). Any float dtype, any free-dim strides. Written:
+            dst[p, t, r, k] = src[r, t * P + p, k], rounded once to dst's dtype if it differs.
+        src (nl.ndarray): [R, C, K] or [R, C] @ HBM, bf16 or fp32. Views are fine: a column
+            slice src[:, c0:c1], or a reshape that makes rows of something else (see Notes).
+
+    Returns:
+        None; dst holds the tile.
+
+    Notes:
+        - Each chunk of <= 128 rows is ONE DMA into an SBUF staging tile with rows on partitions,
+          so each partition reads one contiguous HBM run. Few rows would use few partitions, and a
+          DMA gets one DMA engine per 8 partitions: so a row of T tiles is cut into J pieces of
+          T / J whole tiles on J partitions, J the largest divisor of T with rows * J <= 128 and
+          pieces of at least MIN_PIECE_BYTES (2 KiB; J = 1 when rows are short or many). A run is
+          then C * K * itemsize / J bytes: the whole row when J = 1.
+        - TensorE transposes each [rows * J, P] block (channel tile t of every piece; for K > 1
+          the k-th element of each channel, a stride-K view) into PSUM in src's dtype; the
+          transposes that share a 2 KiB PSUM bank are evicted into dst with one tensor_copy,
+          alternately on VectorE and ScalarE (bit-exact copies; a converting copy stays on
+          VectorE). Per chunk: (T / J) * K transposes and about one eviction per bank.
+        - SBUF: the staging tile, C * K * itemsize / J bytes per partition.
+        - Views the callers use: conv_state [B, C, K] as is; conv_weight [C, K] as src
+          [T, P, K] (tile t a row) into dst [P, 1, T, K]; hidden [B, 1, H] as src
+          [B, 128, H / 128] into dst [128, 1, B, H / 128] (feature h = p * (H / 128) + kt).
+
+    Pseudocode:
+        for r0 in range(0, R, 128):
+            rows = src[r0:r0 + 128]                      # one DMA: a contiguous run per partition
+            for t, k in product(range(T), range(K)):
+                dst[:, t, r0:r0 + 128, k] = rows[:, t * P:(t + 1) * P, k].T      # TensorE, PSUM
+    """
+    src, dst = _with_all_dims(src, dst, "src", "dst")
+    R, C, K = src.shape
+    P, T = dst.shape[0], dst.shape[1]
+    _check(dst, "dst", src, "src")
+    size = _itemsize(src.dtype)
+    evictions = 0
+    for r0 in range(0, R, PMAX):
+        rr = min(PMAX, R - r0)
+        J = _pieces(rr, T, P * K * size)
+        TL = T // J
+        # partition r * J + j holds piece j of row r0 + r: channels j * TL * P .. (j + 1) * TL * P - 1
+        rows = nl.ndarray((rr * J, TL * P, K), src.dtype, buffer=nl.sbuf, name="rows_in")
+        nisa.dma_copy(dst=_squeezed(rows), src=_squeezed(src[r0:r0 + rr].reshape_dim(1, (J, TL * P))))
+        out = dst.reshape_dim(1, (J, TL))[:, :, :, r0:r0 + rr, :]             # [P, J, TL, rr, K]
+        per_bank = PSUM_BANK_BYTES // (rr * J * size)                         # transposes per bank
+        for t0, nt, k0, nk in _bank_groups(TL, K, per_bank, tiles_and_k=(J == 1)):
+            ps = nl.ndarray((P, nt, nk, rr, J), src.dtype, buffer=nl.psum, name="rows_in_T")
+            for i in range(nt):
+                for k in range(k0, k0 + nk):
+                    block = _squeezed(rows[:, (t0 + i) * P:(t0 + i + 1) * P, k])  # [rr * J, P]
+                    nisa.nc_transpose(dst=_squeezed(ps[:, i, k - k0]), data=block, engine=nisa.engine.tensor)
+            _evict(out[:, :, t0:t0 + nt, :, k0:k0 + nk], ps.permute((0, 4, 1, 3, 2)), evictions)
+            evictions += 1
+
+
+def store_rows(dst, src):
+    """Store a channel-major SBUF tile as HBM rows: TensorE transposes, then contiguous row DMAs.
+
+    The inverse of `load_channel_major`.
+
+    Dimensions:
+        R: rows (tokens, or (token, head) pairs); any number, taken 128 at a time
+        P: channels per tile, on src's partitions (<= 128)
+        T: channel tiles side by side in src's free dim; C = T * P channels per row
+        K: an optional inner dim of each channel (conv_state's window); 1 if absent
+
+    Args:
+        dst (nl.ndarray): [R, C, K] or [R, C] @ HBM (views are fine, e.g. a column slice).
+            Written: dst[r, t * P + p, k] = src[p, t, r, k], rounded once to dst's dtype if it
+            differs.
+        src (nl.ndarray): [P, T, R, K] @ SBUF if dst has K, else [P, T, R]; T = 1 may be left out
+            ([P, R, K] or [P, R]). bf16 or fp32, any free-dim strides.
+
+    Returns:
+        None; dst holds the rows.
+
+    Notes:
+        - Per chunk of <= 128 rows, TensorE transposes [P, rows * J] blocks of src (for K > 1 the
+          k-th element of each channel, a stride-K view) into PSUM, [rows * J, P] in src's dtype;
+          one tensor_copy per PSUM bank (2048 / (P * itemsize) transposes: 8 at P = 128 in bf16)
+          evicts them into an SBUF staging tile in dst's dtype, alternately on VectorE and ScalarE.
+        - The staging tile then leaves in ONE DMA per chunk of rows, one contiguous HBM run per
+          partition. As in `load_channel_major`, a row of T tiles sits on J partitions in pieces
+          of T / J whole tiles (J the largest divisor of T with rows * J <= 128 and pieces of at
+          least MIN_PIECE_BYTES), so that few rows still spread over many DMA engines.
+        - Per chunk: (T / J) * K transposes, about one eviction per bank, one DMA. SBUF: the
+          staging tile, C * K * itemsize / J bytes per partition.
+
+    Pseudocode:
+        for r0 in range(0, R, 128):
+            rows = empty((min(128, R - r0), C, K))
+            for t, k in product(range(T), range(K)):
+                rows[:, t * P:(t + 1) * P, k] = src[:, t, r0:r0 + 128, k].T      # TensorE, PSUM
+            dst[r0:r0 + 128] = rows                      # one DMA: a contiguous run per partition
+    """
+    dst, src = _with_all_dims(dst, src, "dst", "src")
+    R, C, K = dst.shape
+    P, T = src.shape[0], src.shape[1]
+    _check(src, "src", dst, "dst")
+    per_bank = PSUM_BANK_BYTES // (P * _itemsize(src.dtype))                  # transposes per bank
+    evictions = 0
+    for r0 in range(0, R, PMAX):
+        rr = min(PMAX, R - r0)
+        J = _pieces(rr, T, P * K * _itemsize(dst.dtype))
+        TL = T // J
+        # partition r * J + j holds piece j of row r0 + r: channels j * TL * P .. (j + 1) * TL * P - 1
+        rows = nl.ndarray((rr * J, TL * P, K), dst.dtype, buffer=nl.sbuf, name="rows_out")
+        by_tile = rows.reshape_dim(1, (TL, P))                                # [rr * J, TL, P, K]
+        tiles = src.reshape_dim(1, (J, TL))[:, :, :, r0:r0 + rr, :]           # [P, J, TL, rr, K]
+        for t0, nt, k0, nk in _bank_groups(TL, K, per_bank, tiles_and_k=True):
+            ps = nl.ndarray((rr * J, nt, nk, P), src.dtype, buffer=nl.psum, name="rows_out_T")
+            for i in range(nt):
+                for k in range(k0, k0 + nk):
+                    block = _squeezed(tiles[:, :, t0 + i, :, k].permute((0, 2, 1)))  # [P, rr, J]
+                    nisa.nc_transpose(dst=_squeezed(ps[:, i, k - k0]), data=block, engine=nisa.engine.tensor)
+            _evict(by_tile[:, t0:t0 + nt, :, k0:k0 + nk], ps.permute((0, 1, 3, 2)), evictions)
+            evictions += 1
+        nisa.dma_copy(dst=_squeezed(dst[r0:r0 + rr].reshape_dim(1, (J, TL * P))), src=_squeezed(rows))
+
+
+def _with_all_dims(hbm, tile, hbm_arg, tile_arg):
+    """Views with every dim: hbm [R, C, K] (K = 1 if absent), tile [P, T, R, K] (T = 1 if absent)."""
+    expect(len(hbm.shape) in (2, 3), hbm_arg, "HBM rows [R, C] or [R, C, K]", f"shape {list(hbm.shape)}")
+    if len(hbm.shape) == 2:
+        hbm, tile = hbm.expand_dim(2), tile.expand_dim(len(tile.shape))
+    expect(len(tile.shape) in (3, 4), tile_arg,
+           "a channel-major tile [P, T, R] or [P, R] ([P, T, R, K] or [P, R, K] for rows [R, C, K])",
+           f"shape {list(tile.shape)}")
+    if len(tile.shape) == 3:
+        tile = tile.expand_dim(1)
+    return hbm, tile
+
+
+def _check(tile, tile_arg, hbm, hbm_arg):
+    """The tile's partitions, tiles, rows and inner dim against the rows; src bf16 or fp32."""
+    P, T = tile.shape[0], tile.shape[1]
+    R, C, K = hbm.shape
+    expect(P <= PMAX, tile_arg, f"at most {PMAX} partitions (channels per tile)", P)
+    expect(tuple(tile.shape[2:]) == (R, K), tile_arg,
+           f"[P, T] then {hbm_arg}'s rows and inner dim {[R, K]}", list(tile.shape))
+    expect(T * P == C, tile_arg, f"T * P = {C} channels, as the rows of {hbm_arg} hold",
+           f"T = {T} tiles of P = {P}")
+    expect_dtype(tile if tile_arg == "src" else hbm, "src", nl.bfloat16, nl.float32)   # transposable
+
+
+def _squeezed(t):
+    """The view without size-1 dims after the first, so that access patterns list real dims only."""
+    for d in reversed(range(1, len(t.shape))):
+        if t.shape[d] == 1 and len(t.shape) > 2:
+            t = t.squeeze_dim(d)
+    return t
+
+
+def _itemsize(dtype):
+    return 4 if dtype == nl.float32 else 2
+
+
+def _pieces(rows, T, tile_bytes):
+    """J: pieces a row of T tiles is cut into, J | T, rows * J <= 128, pieces >= MIN_PIECE_BYTES."""
+    return max(J for J in range(1, T + 1)
+               if T % J == 0 and (J == 1 or (rows * J <= PMAX and T // J * tile_bytes >= MIN_PIECE_BYTES)))
+
+
+def _bank_groups(T, K, per_bank, tiles_and_k):
+    """(first tile, tiles, first k, ks) of the transposes that share one PSUM bank and one eviction.
+
+    Whole tiles while their K transposes fit a bank (only if `tiles_and_k`, or K = 1: an eviction
+    then stays within 3 free dims), else a k-range of one tile.
+    """
+    if K == 1 or (tiles_and_k and K <= per_bank):
+        g = max(1, per_bank // K)
+        return [(t, min(g, T - t), 0, K) for t in range(0, T, g)]
+    return [(t, 1, k, min(per_bank, K - k)) for t in range(T) for k in range(0, K, per_bank)]
+
+
+def _evict(dst, psum, i):
+    """PSUM -> SBUF copy; bit-exact copies alternate VectorE and ScalarE, so that two run at once."""
+    engine = nisa.engine.scalar if i % 2 and dst.dtype == psum.dtype else nisa.engine.vector
+    nisa.tensor_copy(dst=_squeezed(dst), src=_squeezed(psum), engine=engine)
