@@ -15,7 +15,6 @@ Both move rows instead, one long contiguous run per partition, and let TensorE t
 blocks around (`nc_transpose`, a matmul against the identity: bit-exact on trn2) through PSUM,
 where one copy evicts all the transposes that share a bank.
 """
-import nki
 import nki.language as nl
 import nki.isa as nisa
 

@@ -153,35 +153,19 @@ _GHZ = {"tensor": TENSOR_GHZ, "vector": VECTOR_GHZ, "scalar": SCALAR_GHZ, "gpsim
 _HALF_PRECISION = {"bfloat16", "float16"}
 
 
-def markdown_table():
-    """The constants as a Markdown table, for the book."""
-    rows = ["| constant | value | unit | source |", "|---|---|---|---|"]
-    rows += [f"| `{c.name}` | {c.value:g} | {c.unit} | {c.source} |" for c in TABLE]
-    return "\n".join(rows)
-
-
 # -- compute engines ---------------------------------------------------------------------------
-
-def _elements(a: Access):
-    return math.prod(n for _, n in a.pattern)
-
-
-def free_elements(ins: Instruction):
-    """Elements per partition an instruction streams: the most over its on-chip operands."""
-    return max((_elements(a) // a.partitions for a in ins.reads + ins.writes if a.on_chip), default=0)
-
 
 def _tensor_cycles(ins):
     """LoadStationary runs in the background of the previous MultiplyMoving, so a matmul costs the
     larger of the two (the architecture guide's 'bounded by either LS or MM')."""
     if ins.opcode == "nc_transpose":  # a matmul of data (stationary) against an identity (moving)
         data = ins.reads[0]
-        stationary_free, moving_free = _elements(data) // data.partitions, data.partitions
+        stationary_free, moving_free = data.free_elements, data.partitions
         factor = TRANSPOSE_FP32_FACTOR if data.dtype == "float32" else 1
     else:
         stationary, moving = ins.reads[0], ins.reads[1]
-        stationary_free = _elements(stationary) // stationary.partitions
-        moving_free = _elements(moving) // moving.partitions
+        stationary_free = stationary.free_elements
+        moving_free = moving.free_elements
         factor = MATMUL_FP32_FACTOR if moving.dtype == "float32" else 1
     multiply_moving = max(moving_free / MM_COLUMNS_PER_CYCLE, MM_INIT_CYCLES)
     load_stationary = stationary_free / (MM_COLUMNS_PER_CYCLE * LOAD_STATIONARY_SPEEDUP)
@@ -207,7 +191,7 @@ def _perf_mode(ins):
 
 
 def _vector_cycles(ins):
-    n = free_elements(ins)
+    n = ins.free_elements
     if ins.opcode == "reciprocal":
         per_element = VECTOR_RECIPROCAL_CYCLES
     else:
@@ -218,11 +202,11 @@ def _vector_cycles(ins):
 
 def _scalar_cycles(ins):
     extra = SCALAR_READ_ACCUMULATOR_CYCLES if ins.args.get("reads_out_regs") else 0
-    return SCALAR_FIXED_CYCLES + free_elements(ins) / SCALAR_ELEMS_PER_CYCLE + extra
+    return SCALAR_FIXED_CYCLES + ins.free_elements / SCALAR_ELEMS_PER_CYCLE + extra
 
 
 def _gpsimd_cycles(ins):
-    n = free_elements(ins)
+    n = ins.free_elements
     if ins.opcode == "tensor_scalar":  # on GpSimd only for rsqrt
         per_element = GPSIMD_RSQRT_CYCLES
     else:
@@ -263,14 +247,10 @@ def is_hbm(access: Access):
     return access.buffer in ("private_hbm", "shared_hbm")
 
 
-def _nbytes(a: Access):
-    return _elements(a) * a.itemsize
-
-
 def hbm_bytes(ins: Instruction):
     """(read, written) HBM bytes of one DMA instruction."""
-    read = sum(_nbytes(a) for a in ins.reads if is_hbm(a))
-    written = sum(_nbytes(a) for a in ins.writes if is_hbm(a))
+    read = sum(a.nbytes for a in ins.reads if is_hbm(a))
+    written = sum(a.nbytes for a in ins.writes if is_hbm(a))
     return read, written
 
 
@@ -294,7 +274,7 @@ def _innermost_contiguous(a: Access):
 
 def _descriptors(src: Access, dst: Access):
     """Chunks a transfer breaks into: a chunk ends where either side's contiguous run ends."""
-    n = _elements(src)
+    n = src.elements
     rs, rd = _contiguous_run(src), _contiguous_run(dst)
     return n // rs + n // rd - n // math.lcm(rs, rd)
 
@@ -302,7 +282,7 @@ def _descriptors(src: Access, dst: Access):
 def transfer(ins: Instruction) -> Transfer:
     """What a dma_copy costs (see `Transfer`)."""
     src, dst = ins.reads[0], ins.writes[0]
-    moved = max(_nbytes(src), _nbytes(dst))
+    moved = max(src.nbytes, dst.nbytes)
     read, written = hbm_bytes(ins)
     descriptors = _descriptors(src, dst)
     work = max(moved, read + written, descriptors * DMA_DESCRIPTOR_BYTES)

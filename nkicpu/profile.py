@@ -98,7 +98,7 @@ def _event(ins, slot):
                     hbm_write_bytes=written, descriptors=t.descriptors, engines=t.engines,
                     latency_us=t.latency_us)
     else:
-        args.update(partitions=ins.partitions, free_elements=costs.free_elements(ins))
+        args.update(partitions=ins.partitions, free_elements=ins.free_elements)
     return {"lane": slot.lane, "name": _name(ins), "start_us": slot.start_us,
             "dur_us": slot.end_us - slot.start_us, "args": args}
 
