@@ -15,9 +15,10 @@ What it does, in order:
    (`kernels.NKI_BACKEND == "neuron-sdk"`): with NKICPU=1 or without the SDK there is no device
    to run on. It also needs `neuron-explorer` (package aws-neuronx-tools, installed in
    /opt/aws/neuron/bin on a Neuron DLAMI).
-2. Builds the stage's inputs exactly as the benchmark sweep does (`benchmarks.variants`:
-   `stage_inputs(shape)` and the variant's argument picker), so the device runs the shapes and
-   values the modeled profiles were made from.
+2. Builds the stage's inputs exactly as the benchmark sweep does
+   (`kernels.reference.pipeline_inputs(shape)` and the variant's argument picker in
+   `benchmarks.variants`), so the device runs the shapes and values the modeled profiles were
+   made from.
 3. Calls the stage's `@nki.jit` entry point with NumPy arrays. Per the 2.32 `nki.jit` docstring
    (aws-neuron-sdk nki/api/nki/__init__.py) a NumPy-argument call "compiles and executes
    standalone kernel, without a framework": it compiles a NEFF and runs it on a NeuronCore. It
@@ -86,12 +87,12 @@ import numpy as np  # noqa: E402
 
 import kernels  # noqa: E402  (the Neuron SDK's nki where it imports, else nkicpu)
 from kernels.reference import (conv1d_decode_ref, gated_delta_rule_ref, gqa_repeat_ref, in_proj_ref,  # noqa: E402
-                               rmsnorm_gated_ref, to_numpy, to_torch)
+                               pipeline_inputs, rmsnorm_gated_ref, to_numpy, to_torch)
 from nkicpu import explorer  # noqa: E402
 from nkicpu.profile import Profile  # noqa: E402
 
 from .sweep import config_id, parse_config  # noqa: E402
-from .variants import VARIANTS_BY_NAME, stage_inputs  # noqa: E402
+from .variants import VARIANTS_BY_NAME  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "stages"
@@ -143,7 +144,7 @@ def parse_args(argv):
     p.add_argument("--batch", type=_positive, required=True, help="batch size B")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT,
                    help=f"where <stage>{EVENTS_SUFFIX} goes (default: the repository's stages/)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the inputs (benchmarks.variants.stage_inputs)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the inputs (kernels.reference.pipeline_inputs)")
     p.add_argument("--work", type=Path, default=None,
                    help="work directory for the NEFF, NTFF, export and logs "
                         "(default: benchmarks/results/trn/<stage>-<time>/, git-ignored)")
@@ -351,7 +352,7 @@ def sdk_versions(explorer_bin=None, timeout=60):
 def run_on_device(args, work):
     """Steps 2-4: inputs, the device run inside `work` (so the NEFF lands there), the check."""
     shape, variant = args.shape, args.variant
-    inputs = stage_inputs(shape, seed=args.seed)
+    inputs = pipeline_inputs(shape, seed=args.seed)
     kernel_args = variant.args(shape, inputs)
     kernel = variant.load_kernel()
     print(f"running {variant.kernel} on the NeuronCore: {shape.name}, B = {shape.B} "

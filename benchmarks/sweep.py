@@ -46,7 +46,9 @@ from kernels.configs import MODELS, SWEEP_BATCHES, SWEEP_SHARDS, model_shard  # 
 from nkicpu import costs  # noqa: E402
 from nkicpu.profile import MODELED, profile_capture  # noqa: E402
 
-from .variants import VARIANTS, VARIANTS_BY_NAME, stage_inputs  # noqa: E402
+from kernels.reference import pipeline_inputs  # noqa: E402
+
+from .variants import VARIANTS_BY_NAME  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "benchmarks" / "results"
@@ -180,7 +182,7 @@ def failed_row(variant, shape, exc, wall_s=None):
 
 
 def run_row(variant, shape, inputs):
-    """Profile `variant` at `shape` on `inputs` (from `stage_inputs`); one JSON-ready record."""
+    """Profile `variant` at `shape` on `inputs` (from `kernels.reference.pipeline_inputs`); one JSON-ready record."""
     t0 = time.perf_counter()
     try:
         kernel = variant.load_kernel()
@@ -338,7 +340,7 @@ def main(argv=None):
         for B in args.batches:
             s = shape.with_batch(B)
             try:
-                inputs = stage_inputs(s)
+                inputs = pipeline_inputs(s)
                 input_error = None
             except Exception as exc:  # every row of this (config, B) fails with it
                 inputs, input_error = None, exc

@@ -20,7 +20,8 @@ exactly where gdn-math.md §2.1 says, so a kernel that mirrors those points agre
 accumulation order. Inputs are never modified; new states are returned.
 
 Helpers: `to_torch` / `to_numpy` convert between NumPy (bf16 as `ml_dtypes.bfloat16`) and torch
-without changing a bit, and `make_inputs` draws realistic block inputs for a `GDNShape`.
+without changing a bit, `make_inputs` draws realistic block inputs for a `GDNShape`, and
+`pipeline_inputs` adds every stage's intermediates, computed by the reference.
 """
 import ml_dtypes
 import numpy as np
@@ -317,3 +318,22 @@ def make_inputs(shape: GDNShape, seed=0, **overrides):
         value = np.asarray(overrides.get(name, values[name]))
         inputs[name] = np.full(dims, value, dtype) if value.ndim == 0 else value.astype(dtype)
     return inputs
+
+
+def pipeline_inputs(shape: GDNShape, seed=0):
+    """NumPy arrays by name: the 11 block inputs (`make_inputs`) and every stage's intermediates.
+
+    Adds mixed_qkv, z, a, b (in_proj), conv_out (conv1d), q, k, v (GQA repeat) and o (the
+    recurrence), computed by the torch reference. The reference's new states are dropped.
+    """
+    x = make_inputs(shape, seed=seed)
+    t = {name: to_torch(x[name]) for name in ("hidden", "W_in_qkv", "W_in_z", "W_in_a", "W_in_b",
+                                               "conv_weight", "conv_state", "A_log", "dt_bias",
+                                               "recurrent_state")}
+    mixed_qkv, z, a, b = in_proj_ref(t["hidden"], t["W_in_qkv"], t["W_in_z"], t["W_in_a"], t["W_in_b"])
+    conv_out, _ = conv1d_decode_ref(mixed_qkv, t["conv_weight"], t["conv_state"])
+    q, k, v = gqa_repeat_ref(conv_out, shape.nk, shape.dk, shape.dv)
+    o, _ = gated_delta_rule_ref(q, k, v, a, b, t["A_log"], t["dt_bias"], t["recurrent_state"])
+    x.update({name: to_numpy(value) for name, value in
+              dict(mixed_qkv=mixed_qkv, z=z, a=a, b=b, conv_out=conv_out, q=q, k=k, v=v, o=o).items()})
+    return x

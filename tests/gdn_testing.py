@@ -63,3 +63,13 @@ def run_unmodified(kernel_call, *arrays):
     for i, (a, b) in enumerate(zip(arrays, before)):
         assert np.array_equal(a.view(np.uint8), b.view(np.uint8)), f"kernel modified input {i}"
     return result
+
+
+def hbm_runs(ins):
+    """(partitions, HBM bytes per partition, one contiguous run per partition?) of an SBUF <-> HBM
+    dma_copy (both sides list their elements in the same order, the SBUF side partition-major)."""
+    hbm = next(a for a in ins.reads + ins.writes if not a.on_chip)
+    sbuf = next(a for a in ins.reads + ins.writes if a.on_chip)
+    idx = hbm.indices().reshape(sbuf.partitions, -1)
+    contiguous = bool((np.diff(idx, axis=1) == 1).all())
+    return sbuf.partitions, idx.shape[1] * hbm.itemsize, contiguous

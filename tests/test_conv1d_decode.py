@@ -19,7 +19,7 @@ from kernels.conv1d_decode import WINDOW_FREE_MAX, _channel_chunks, conv1d_decod
 from kernels.configs import GDNShape
 from kernels.reference import conv1d_decode_ref, to_numpy, to_torch
 from tests.gdn_testing import (SHARD_SHAPES, TINY_SHAPES, assert_bit_exact, assert_output_close,
-                               run_unmodified, shapes_param)
+                               hbm_runs, run_unmodified, shapes_param)
 
 BF16 = ml_dtypes.bfloat16
 PARTIAL = GDNShape(B=2, H=128, nk=1, nv=3, dk=32, dv=48, K=3, name="partial tile")   # conv_dim 208 = 128 + 80
@@ -201,12 +201,9 @@ def test_dmas_move_long_contiguous_runs(shape):
     for ins in c.instructions:
         if ins.opcode != "dma_copy":
             continue
-        hbm = next(a for a in ins.reads + ins.writes if not a.on_chip)
-        sbuf = next(a for a in ins.reads + ins.writes if a.on_chip)
-        idx = hbm.indices().reshape(sbuf.partitions, -1)
-        assert (np.diff(idx, axis=1) == 1).all(), hbm.pattern
-        run = idx.shape[1] * hbm.itemsize
-        assert run >= 2048 or run in row_bytes, (run, hbm.pattern)
+        _, run, contiguous = hbm_runs(ins)
+        assert contiguous, ins
+        assert run >= 2048 or run in row_bytes, (run, ins)
 
 
 # --- validation: one test per check --------------------------------------------------------------

@@ -10,8 +10,7 @@ import nki
 import nkicpu
 from kernels.configs import GDNShape
 from kernels.gated_delta_rule import _gated_delta_rule_hbm, gated_delta_rule_kernel, state_fold
-from kernels.reference import (conv1d_decode_ref, gated_delta_rule_ref, gqa_repeat_ref, in_proj_ref,
-                               make_inputs, to_numpy, to_torch)
+from kernels.reference import gated_delta_rule_ref, pipeline_inputs, to_numpy, to_torch
 from tests.gdn_testing import (SHARD_SHAPES, TINY_SHAPES, assert_output_close, assert_state_close, f64,
                                run_unmodified, shapes_param)
 
@@ -19,13 +18,10 @@ BF16 = ml_dtypes.bfloat16
 NAMES = ("q", "k", "v", "a", "b", "A_log", "dt_bias", "recurrent_state")
 
 
-def pipeline_inputs(shape, seed=0):
+def stage_args(shape, seed=0):
     """The stage's 8 inputs as the references of stages 1-3 produce them from make_inputs (a dict)."""
-    x = {n: to_torch(t) for n, t in make_inputs(shape, seed=seed).items()}
-    mixed, _, a, b = in_proj_ref(x["hidden"], x["W_in_qkv"], x["W_in_z"], x["W_in_a"], x["W_in_b"])
-    conv_out, _ = conv1d_decode_ref(mixed, x["conv_weight"], x["conv_state"])
-    q, k, v = gqa_repeat_ref(conv_out, shape.nk, shape.dk, shape.dv)
-    return {n: to_numpy(t) for n, t in zip(NAMES, (q, k, v, a, b, x["A_log"], x["dt_bias"], x["recurrent_state"]))}
+    x = pipeline_inputs(shape, seed=seed)
+    return {n: x[n] for n in NAMES}
 
 
 def random_inputs(shape, seed=0, qkv_std=1.0, state_std=0.1):
@@ -79,7 +75,7 @@ def test_matches_reference(shape):
 
 def test_matches_reference_on_pipeline_inputs():
     """q, k, v, a, b as the references of stages 1-3 produce them from realistic block inputs."""
-    check(pipeline_inputs(SHARD_SHAPES[5], seed=2))   # Qwen3.5-27B TP8, B=8
+    check(stage_args(SHARD_SHAPES[5], seed=2))   # Qwen3.5-27B TP8, B=8
 
 
 @pytest.mark.parametrize("shape", [TINY_SHAPES[2], TINY_SHAPES[3]] + [SHARD_SHAPES[i] for i in (1, 4, 8)],

@@ -18,7 +18,7 @@ import nkicpu
 from kernels.configs import GDNShape
 from kernels.in_proj import in_proj_kernel, load_hidden_T, project_columns
 from kernels.reference import in_proj_ref, make_inputs, to_numpy, to_torch
-from tests.gdn_testing import (SHARD_SHAPES, TINY_SHAPES, assert_output_close, run_unmodified,
+from tests.gdn_testing import (SHARD_SHAPES, TINY_SHAPES, assert_output_close, hbm_runs, run_unmodified,
                                shapes_param)
 
 ARGS = ("hidden", "W_in_qkv", "W_in_z", "W_in_a", "W_in_b")
@@ -129,12 +129,9 @@ def test_hidden_and_outputs_move_as_rows():
              and (i.writes[0].buffer == "shared_hbm" or i.reads[0].alloc == hidden_alloc)]
     assert len(moved) == 5
     for ins in moved:
-        hbm = next(a for a in ins.reads + ins.writes if not a.on_chip)
-        sbuf = next(a for a in ins.reads + ins.writes if a.on_chip)
-        idx = hbm.indices().reshape(sbuf.partitions, -1)
-        assert (np.diff(idx, axis=1) == 1).all(), hbm.pattern
-        run = idx.shape[1] * hbm.itemsize
-        assert run in rows or run >= 2048, (run, hbm.pattern)
+        _, run, contiguous = hbm_runs(ins)
+        assert contiguous, ins
+        assert run in rows or run >= 2048, (run, ins)
 
 
 def test_zero_hidden_gives_exact_zeros():

@@ -19,6 +19,7 @@ import nki.isa as nisa
 import nki.language as nl
 import nkicpu
 from kernels.layout import MIN_PIECE_BYTES, PMAX, load_channel_major, store_rows
+from tests.gdn_testing import hbm_runs
 
 BF16 = ml_dtypes.bfloat16
 
@@ -148,16 +149,6 @@ def test_column_slices_with_a_tail_tile(K):
 
 
 # --- the DMAs: contiguous runs per partition -------------------------------------------------------
-
-def hbm_runs(ins):
-    """(partitions, HBM bytes per partition, one contiguous run per partition?) of an SBUF <-> HBM
-    dma_copy (both sides list their elements in the same order, the SBUF side partition-major)."""
-    hbm = next(a for a in ins.reads + ins.writes if not a.on_chip)
-    sbuf = next(a for a in ins.reads + ins.writes if a.on_chip)
-    idx = hbm.indices().reshape(sbuf.partitions, -1)
-    contiguous = bool((np.diff(idx, axis=1) == 1).all())
-    return sbuf.partitions, idx.shape[1] * hbm.itemsize, contiguous
-
 
 @nki.jit
 def load_then_store(src, P):

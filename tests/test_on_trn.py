@@ -20,7 +20,8 @@ import pytest
 
 import kernels
 from benchmarks import on_trn
-from benchmarks.variants import VARIANTS, stage_inputs
+from benchmarks.variants import VARIANTS
+from kernels.reference import pipeline_inputs
 from kernels.configs import GDNShape
 from nkicpu import explorer
 from nkicpu.profile import Profile
@@ -111,7 +112,7 @@ def test_check_accepts_the_cpu_models_outputs_in_order(variant):
     """The reference map and output order agree with each kernel (run on the CPU model, not a device)."""
     import nki
     shape = GDNShape(B=2, H=128, nk=1, nv=2, dk=32, dv=16, name="tiny")
-    args = variant.args(shape, stage_inputs(shape))
+    args = variant.args(shape, pipeline_inputs(shape))
     rows = on_trn.check_outputs(variant.name, args, nki.simulate(variant.load_kernel())(*args))
     assert [r["output"] for r in rows] == [n for n, _ in on_trn.REFERENCES[variant.name][1]]
     assert all(r["ok"] for r in rows), on_trn.format_check(rows)
@@ -119,7 +120,7 @@ def test_check_accepts_the_cpu_models_outputs_in_order(variant):
 
 def test_check_rejects_a_wrong_number_of_outputs():
     shape = GDNShape(B=1, H=128, nk=1, nv=1, dk=16, dv=16, name="tiny")
-    x = stage_inputs(shape)
+    x = pipeline_inputs(shape)
     with pytest.raises(on_trn.OnTrnError, match="returned 1 outputs, expected 2"):
         on_trn.check_outputs("conv1d_decode", (x["mixed_qkv"], x["conv_weight"], x["conv_state"]), x["conv_out"])
 

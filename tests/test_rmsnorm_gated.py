@@ -11,8 +11,7 @@ import nki.isa as nisa
 import nki.language as nl
 import nkicpu
 from kernels.configs import GDNShape
-from kernels.reference import (conv1d_decode_ref, gated_delta_rule_ref, gqa_repeat_ref, in_proj_ref,
-                               make_inputs, rmsnorm_gated_ref, to_numpy, to_torch)
+from kernels.reference import pipeline_inputs, rmsnorm_gated_ref, to_numpy, to_torch
 from kernels.rmsnorm_gated import rmsnorm_gated_kernel, rmsnorm_gated_tile
 from tests.gdn_testing import (SHARD_SHAPES, TINY_SHAPES, assert_output_close, run_unmodified,
                                shapes_param)
@@ -50,12 +49,8 @@ def test_matches_reference(shape):
 def test_matches_reference_on_pipeline_inputs():
     """o and z as the earlier stages' references produce them from realistic block inputs."""
     shape = SHARD_SHAPES[2]  # Qwen3-Next-80B TP4, B=8
-    x = {k: to_torch(v) for k, v in make_inputs(shape, seed=3).items()}
-    mixed, z, a, b = in_proj_ref(x["hidden"], x["W_in_qkv"], x["W_in_z"], x["W_in_a"], x["W_in_b"])
-    conv_out, _ = conv1d_decode_ref(mixed, x["conv_weight"], x["conv_state"])
-    q, k, v = gqa_repeat_ref(conv_out, shape.nk, shape.dk, shape.dv)
-    o, _ = gated_delta_rule_ref(q, k, v, a, b, x["A_log"], x["dt_bias"], x["recurrent_state"])
-    o, z, w = to_numpy(o), to_numpy(z), to_numpy(x["norm_weight"])
+    x = pipeline_inputs(shape, seed=3)
+    o, z, w = x["o"], x["z"], x["norm_weight"]
     assert_output_close(run(o, z, w), reference(o, z, w))
 
 
