@@ -75,6 +75,7 @@ class Instruction:
     writes: list
     args: dict = field(default_factory=dict)  # op names, accumulate, tile sizes, dma queue hints, name, ...
     depends_on: list = field(default_factory=list)  # explicit producers (NkiInstruction.depends_on)
+    core: int = 0          # physical NeuronCore of an LNC launch grid (nl.program_id); 0 without a grid
 
     @property
     def partitions(self):

@@ -14,6 +14,7 @@ class Run:
         self.allocations = {}          # id -> (name, buffer, dtype, shape): metadata only
         # ScalarE's 128 per-lane fp32 reduce registers; unset until a reduce_cmd resets them.
         self.scalar_reduce_regs = np.full(PMAX, np.nan, dtype=np.float32)
+        self.core = 0                  # the program (physical core) now running; see Kernel.__getitem__
 
     def __enter__(self):
         global _current
@@ -29,7 +30,7 @@ class Run:
 
     def record(self, engine, opcode, reads, writes, **args):
         ins = Instruction(index=len(self.instructions), engine=engine, opcode=opcode,
-                          reads=list(reads), writes=list(writes), args=args)
+                          reads=list(reads), writes=list(writes), args=args, core=self.core)
         self.instructions.append(ins)
         return ins
 
