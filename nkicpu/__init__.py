@@ -6,6 +6,7 @@ SDK is absent, so kernel files written for the SDK run here unchanged:
     nki.jit(kernel)                 a kernel; called inside a running kernel, it is inlined
     nki.simulate(kernel)(*arrays)   run on NumPy arrays, return NumPy outputs (a tuple for several)
     nkicpu.capture(kernel)(*arrays) the same run, plus the instruction record for the cost model
+    kernel[2](*arrays)              an LNC launch grid: programs 0 and 1, one per physical NeuronCore
 """
 import inspect
 import sys
@@ -22,26 +23,52 @@ from .tensor import NkiTensor
 __all__ = ["jit", "simulate", "capture", "Capture", "install_as_nki", "language", "isa", "NkiValidationError"]
 
 
-class Kernel:
-    """What `nki.jit` returns. Called from inside a running kernel, it is inlined like a helper."""
+# `nki.dtype`: the type of nl.float32, nl.bfloat16, ... (the NKI library annotates with it, e.g.
+# LIB core/mlp/mlp_cte/mlp_cte_constants.py); nkicpu's dtypes are NumPy dtypes.
+dtype = np.dtype
 
-    def __init__(self, fn):
+# LNC degrees of a trn2 launch grid kernel[n]: 1 or 2 physical cores (reference/nki-api.md §1.3;
+# SDK nki/get-started/about/lnc.rst: "kernel[8]" is an error on the current architecture).
+LNC_DEGREES = (1, 2)
+
+
+class Kernel:
+    """What `nki.jit` returns. Called from inside a running kernel, it is inlined like a helper;
+    `kernel[n]` is the same kernel launched on an LNC grid of n programs (nl.program_id 0..n-1)."""
+
+    def __init__(self, fn, programs=None):
         self.fn = fn
+        self.programs = programs  # n of kernel[n]; None without a launch grid
         self.__name__ = getattr(fn, "__name__", "kernel")
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 
     def __getitem__(self, grid):
-        raise not_modeled("SPMD / LNC launch grids (kernel[n]); nkicpu runs one program")
+        if self.programs is not None:
+            raise TypeError(f"{self.__name__}[{self.programs}] already has a launch grid")
+        n = grid[0] if isinstance(grid, tuple) and len(grid) == 1 else grid
+        if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n not in LNC_DEGREES:
+            raise rule_error("lnc-grid", f"{self.__name__}[{grid!r}]",
+                             f"a launch grid takes one number, the LNC degree: 1 or 2 on trn2, got {grid!r}")
+        return Kernel(self.fn, programs=int(n))
 
     def __call__(self, *args, **kwargs):
         if running():
+            if self.programs is not None:
+                raise not_modeled(f"launching {self.__name__}[{self.programs}] from inside a running kernel")
             return self.fn(*args, **kwargs)
         # Outside a kernel the SDK compiles and runs on a NeuronCore; here that is the CPU model.
         return simulate(self)(*args, **kwargs)
 
 
 def jit(fn=None, **kwargs):
+    # Since NKI 0.3.0 `mode=` is deprecated and ignored and `platform_target=` raises
+    # (SDK release-notes/components/nki.rst 0.3.0; nki/migration/index.rst "nki.jit(platform_target=...)").
+    kwargs.pop("mode", None)
+    if "platform_target" in kwargs:
+        raise rule_error("jit-options", "nki.jit", f"platform_target={kwargs['platform_target']!r} was removed in "
+                                                   f"NKI 0.3.0; set NEURON_PLATFORM_TARGET_OVERRIDE instead (nkicpu "
+                                                   f"models trn2)")
     if kwargs:
         raise not_modeled(f"nki.jit options {sorted(kwargs)}")
     if fn is None:
@@ -51,20 +78,26 @@ def jit(fn=None, **kwargs):
 
 @dataclass
 class Capture:
-    """A finished run: its outputs, every instruction it issued and the allocations they name."""
+    """A finished run: its outputs, every instruction it issued and the allocations they name.
+
+    The peaks are per partition; for a launch grid, `peak_*` is the largest over its cores (each core
+    has its own SBUF and PSUM) and `*_per_core` lists them by program id."""
     outputs: object
     instructions: list
     allocations: dict
     peak_sbuf_bytes: int
     peak_psum_banks: int
+    peak_sbuf_bytes_per_core: tuple
+    peak_psum_banks_per_core: tuple
 
 
-def _wrap_input(x, i):
+def _wrap_input(run, x, i, buffer):
     if not isinstance(x, np.ndarray):
         return x  # Python scalars, tuples, dataclasses pass through as compile-time constants
-    dtype = check_dtype(x.dtype, f"kernel argument {i}")
-    alloc = Allocation(x.shape or (1,), dtype, MemoryRegion.private_hbm, f"arg{i}", None)
+    dt = check_dtype(x.dtype, f"kernel argument {i}")
+    alloc = Allocation(x.shape or (1,), dt, buffer, f"arg{i}", None)
     alloc.data[...] = x.reshape(-1)
+    run.track(alloc)
     return NkiTensor(alloc, x.shape or (1,), language._row_major(x.shape or (1,)), 0)
 
 
@@ -72,8 +105,26 @@ def _is_torch(x):
     return type(x).__module__.startswith("torch")
 
 
+def _outputs(name, result, inputs):
+    """A kernel's outputs as a tuple, each in shared HBM or a kernel argument it wrote (aliased: the
+    NKI library's kernels return inputs they update, e.g. LIB core/qkv/qkv_cte.py's k_cache)."""
+    outs = result if isinstance(result, tuple) else (result,)
+    for j, o in enumerate(outs):
+        if not isinstance(o, NkiTensor):
+            raise TypeError(f"{name}: output {j} must be an NkiTensor, got {type(o).__name__}")
+        if o.buffer is not MemoryRegion.shared_hbm and not any(o._alloc is t._alloc for t in inputs):
+            raise rule_error("output-shared-hbm", name, f"output {j} ({o!r}) must be allocated with "
+                                                        f"buffer=nl.shared_hbm or be a kernel argument")
+    return outs
+
+
+def _same_tensor(a, b):
+    return a._alloc is b._alloc and (a.shape, a.strides, a.offset) == (b.shape, b.strides, b.offset)
+
+
 def capture(kernel):
     fn = kernel.fn if isinstance(kernel, Kernel) else kernel
+    programs = kernel.programs if isinstance(kernel, Kernel) else None
 
     def run(*args, **kwargs):
         for i, a in enumerate(list(args) + list(kwargs.values())):
@@ -87,17 +138,24 @@ def capture(kernel):
         if keyword_only:
             raise rule_error("kernel-arguments", fn.__name__, f"keyword-only parameters {keyword_only}: NKI kernel "
                                                               f"signatures may not use a `*` separator")
-        with Run() as r:
-            wrapped = [_wrap_input(a, i) for i, a in enumerate(args)]
-            kw = {k: _wrap_input(v, k) for k, v in kwargs.items()}
-            result = fn(*wrapped, **kw)
-            outs = result if isinstance(result, tuple) else (result,)
-            for j, o in enumerate(outs):
-                if not isinstance(o, NkiTensor):
-                    raise TypeError(f"{fn.__name__}: output {j} must be an NkiTensor, got {type(o).__name__}")
-                if o.buffer is not MemoryRegion.shared_hbm:
-                    raise rule_error("output-shared-hbm", fn.__name__,
-                                     f"output {j} ({o!r}) must be allocated with buffer=nl.shared_hbm")
+        # As in the SDK simulator, inputs live in HBM, shared by the programs of a grid (nki_simulator.rst).
+        buffer = MemoryRegion.shared_hbm if programs and programs > 1 else MemoryRegion.private_hbm
+        with Run(programs) as r:
+            wrapped = [_wrap_input(r, a, i, buffer) for i, a in enumerate(args)]
+            kw = {k: _wrap_input(r, v, k, buffer) for k, v in kwargs.items()}
+            inputs = [w for w in wrapped + list(kw.values()) if isinstance(w, NkiTensor)]
+            results = []
+            for core in range(r.num_programs):  # one after the other; HBM races are rejected by the run
+                r.start_program(core)
+                result = fn(*wrapped, **kw)
+                results.append((isinstance(result, tuple), _outputs(fn.__name__, result, inputs)))
+            r.finish()
+            is_tuple, outs = results[0]
+            for core, (t, o) in enumerate(results[1:], 1):
+                if t != is_tuple or len(o) != len(outs) or not all(map(_same_tensor, o, outs)):
+                    raise rule_error("lnc-outputs", fn.__name__, f"program {core} returns {list(o)}, program 0 "
+                                                                 f"{list(outs)}: every program returns the same "
+                                                                 f"tensors")
             arrays = tuple(np.array(o.numpy()) for o in outs)
             # As the SDK simulator does, a kernel that writes its inputs updates the caller's arrays.
             for a, w in zip(list(args) + list(kwargs.values()), wrapped + list(kw.values())):
@@ -105,9 +163,11 @@ def capture(kernel):
                     new = w._alloc.data.reshape(a.shape)
                     if a.tobytes() != new.tobytes():  # bitwise: a written -0.0 or NaN payload counts
                         a[...] = new
-        return Capture(outputs=arrays if isinstance(result, tuple) else arrays[0], instructions=r.instructions,
-                       allocations=r.allocations, peak_sbuf_bytes=r.accounting.peak_sbuf_bytes,
-                       peak_psum_banks=r.accounting.peak_psum_banks)
+        sbuf = tuple(acc.peak_sbuf_bytes for acc in r.accountings)
+        psum = tuple(acc.peak_psum_banks for acc in r.accountings)
+        return Capture(outputs=arrays if is_tuple else arrays[0], instructions=r.instructions,
+                       allocations=r.allocations, peak_sbuf_bytes=max(sbuf), peak_psum_banks=max(psum),
+                       peak_sbuf_bytes_per_core=sbuf, peak_psum_banks_per_core=psum)
 
     return run
 
@@ -124,3 +184,4 @@ def install_as_nki():
     sys.modules["nki"] = module
     sys.modules["nki.language"] = language
     sys.modules["nki.isa"] = isa
+    sys.modules["nki.isa.constants"] = isa.constants

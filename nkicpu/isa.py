@@ -5,6 +5,7 @@ Signatures, argument order and defaults follow the Neuron SDK 2.32 API stubs
 (nki/api/nki/isa/__init__.py). An argument value that is not modeled raises NotImplementedError.
 """
 from enum import Enum
+from types import ModuleType
 
 import numpy as np
 
@@ -28,6 +29,11 @@ class engine(Enum):
     dma = 4
     sync = 6
     unknown = 0
+
+
+# Deprecated aliases the SDK isa stub still documents ("deprecated: use engine.tensor", ...).
+tensor_engine, vector_engine, scalar_engine = engine.tensor, engine.vector, engine.scalar
+gpsimd_engine, unknown_engine = engine.gpsimd, engine.unknown
 
 
 class reduce_cmd(Enum):
@@ -64,6 +70,13 @@ class nc_version(Enum):
 class dma_engine(Enum):
     dma = 1
     gpsimd_dma = 2
+
+
+# `nki.isa.constants`: not in the SDK API stubs or docs, but the module the NKI library imports these
+# enums from (`from nki.isa.constants import dge_mode, oob_mode`, LIB core/moe/moe_cte/moe_cte_utils.py;
+# `matmul_perf_mode`, core/output_projection/output_projection_tkg.py); only those names are in it.
+constants = ModuleType("nki.isa.constants", "The nki.isa enums under the module path the NKI library imports.")
+constants.dge_mode, constants.oob_mode, constants.matmul_perf_mode = dge_mode, oob_mode, matmul_perf_mode
 
 
 _CMD = reduce_cmd  # the enum, under a name the `reduce_cmd=` parameters do not shadow
@@ -112,13 +125,93 @@ def _on_chip(t, where, arg):
         raise rule_error("partition-dim", where, f"{arg} spans {t.partitions} partitions; at most {PMAX}")
     if not t.partition_stride_ok():
         raise rule_error("partition-contiguous", where, f"{arg} must address consecutive partitions (no partition step)")
+    _engine_access_pattern(t, where, arg)
     return t
+
+
+# How a compute engine addresses an SBUF/PSUM operand (SDK nki/guides/architecture/
+# trainium_inferentia2_arch.rst "Accessing SBUF/PSUM tensors using compute engines", which
+# trainium2_arch.rst keeps for NeuronCore-v3; nki/deep-dives/nki-aps.rst "Hardware Capability"):
+# a start partition that depends on the partition count, at most four free dims, each with a
+# uint16 size and an int16 stride in elements. Public neuronx-cc verifier errors for the same rules:
+# github.com/aws-neuron/aws-neuron-sdk/issues/600 (start partition), /859 (48 partitions from 32),
+# /284 (step -48528 < -32768). DMA is not checked here: the compiler turns a dma_copy into lists of
+# contiguous DMA buffers (trainium_inferentia2_arch.rst "Data movement between HBM and SBUF using
+# DMAs"), not into an engine access pattern.
+AP_MAX_FREE_DIMS = 4
+AP_SIZE_MAX = 2 ** 16 - 1                 # uint16
+AP_STRIDE_MIN, AP_STRIDE_MAX = -2 ** 15, 2 ** 15 - 1   # int16
+
+
+def _start_partitions(n):
+    """Partitions an operand spanning n partitions may start at."""
+    return (0,) if n > 64 else (0, 64) if n > 32 else (0, 32, 64, 96)
+
+
+def _free_pattern(t):
+    """The free [stride, size] pairs an engine gets for view t: size-1 dims dropped, and a dim merged
+    with the next inner one where the two are contiguous with each other (and the size stays uint16)."""
+    dims = []
+    for s, n in zip(t.strides[1:], t.shape[1:]):
+        if n == 1:
+            continue
+        if dims and dims[-1][0] == s * n and dims[-1][1] * n <= AP_SIZE_MAX:
+            dims[-1] = [s, dims[-1][1] * n]
+        else:
+            dims.append([s, n])
+    return dims
+
+
+def _engine_access_pattern(t, where, arg):
+    start = t.offset // t._alloc.row_elems
+    if start not in _start_partitions(t.partitions):
+        raise rule_error("ap-start-partition", where,
+                         f"{arg} spans {t.partitions} partitions from partition {start}; an operand of "
+                         f"{t.partitions} partitions must start at partition {_start_partitions(t.partitions)}")
+    pattern = _free_pattern(t)
+    if len(pattern) > AP_MAX_FREE_DIMS:
+        raise rule_error("ap-free-dims", where, f"{arg} has {len(pattern)} free dims {pattern} ([stride, size] after "
+                                                f"merging contiguous dims); an engine access pattern has at most "
+                                                f"{AP_MAX_FREE_DIMS}")
+    for s, n in pattern:
+        if n > AP_SIZE_MAX:
+            raise rule_error("ap-size", where, f"{arg} has a free dim of {n} elements; an access pattern size is a "
+                                               f"uint16 (at most {AP_SIZE_MAX})")
+        if not AP_STRIDE_MIN <= s <= AP_STRIDE_MAX:
+            raise rule_error("ap-stride", where, f"{arg} has a free stride of {s} elements; an access pattern stride is "
+                                                 f"an int16 ({AP_STRIDE_MIN}..{AP_STRIDE_MAX})")
 
 
 def _dst(t, where):
     if any(s == 0 and n > 1 for s, n in zip(t.strides, t.shape)):
         raise rule_error("dst-broadcast", where, f"dst {t!r} has a stride-0 (broadcast) dim; it must address distinct elements")
+    if is_psum(t.buffer) and t.dtype.itemsize < 4:
+        _psum_whole_words(t, where)
     return t
+
+
+def _psum_whole_words(t, where):
+    """A sub-word (bf16, fp8, ...) write to PSUM must start on a 4-byte word of each partition.
+
+    PSUM is organised in 4-byte elements (trainium_inferentia2_arch.rst "Near-memory accumulation
+    in PSUM": read-accumulate-write "to every 4B element"). The neuronx-cc backend verifier rejects a
+    write of narrower elements at a per-partition byte offset that is not a multiple of 4, e.g. bf16
+    nc_transposes of [P, 1] tiles packed side by side in one PSUM tile (2-byte offsets; a compile
+    error reported to this project, no public doc states the rule). The size need not be a multiple
+    of 4: the NKI library pads only the offset (LIB core/subkernels/norm_tkg_utils.py,
+    _PSUM_ALIGNMENT_BYTES) and writes 2 bytes per partition at one token in kernels whose tests
+    carry hardware cycle counts (LIB test_mlp_tkg.py). A strided write is held to the rule run by run.
+    """
+    item = t.dtype.itemsize
+    elems = np.unique(t.flat_indices()[0].ravel() % t._alloc.row_elems)    # one partition's elements
+    starts = elems[np.concatenate(([True], np.diff(elems) != 1))]             # first element of each run
+    bad = starts[(starts * item) % 4 != 0]
+    if bad.size:
+        raise rule_error("psum-subword-write", where,
+                         f"dst {t!r} writes {t.dtype.name} elements starting at byte offset {int(bad[0]) * item} "
+                         f"of a partition: PSUM is written in 4-byte words, so a write of elements narrower than "
+                         f"4 bytes must start on a word (byte offset a multiple of 4); stage it through fp32 PSUM "
+                         f"or pad the offset")
 
 
 def _same_layout(a, b, where, an, bn):
@@ -238,6 +331,15 @@ def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode
         raise rule_error("dma-engine", where, f"a hwdge DMA is triggered by engine.sync or engine.scalar, got engine.{engine.name}")
     if dst.size != src.size:
         raise rule_error("dma-size", where, f"dst has {dst.size} elements ({list(dst.shape)}), src {src.size} ({list(src.shape)})")
+    # neuronx-cc rejects a DMA between SBUF and a view whose dim 0 differs from the SBUF side's
+    # partition count, though the docs ask only for equal element counts (a compile error reported
+    # to this project; no public doc states it): the HBM side must be viewed with the on-chip side's
+    # partition count first (a contiguous reshape). HBM -> HBM copies have no partitions to match.
+    if not (is_hbm(dst.buffer) and is_hbm(src.buffer)) and dst.shape[0] != src.shape[0]:
+        raise rule_error("dma-partition-count", where,
+                         f"dst has {dst.shape[0]} in dim 0 ({list(dst.shape)} in {dst.buffer.name}), src "
+                         f"{src.shape[0]} ({list(src.shape)} in {src.buffer.name}); with an on-chip side both must "
+                         f"have its partition count in dim 0 (reshape the HBM view first)")
     _dst(dst, where)
     values = src.numpy().reshape(-1)
     if dst.dtype == src.dtype:
@@ -270,12 +372,12 @@ def memset(dst, value, engine=engine.unknown, name=None):
     where = "nisa.memset"
     _on_chip(dst, where, "dst")
     _dst(dst, where)
-    if is_float(dst.dtype):
-        ok = isinstance(value, (float, np.floating))
-    else:
-        ok = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+    # NKI 0.3.0 rejects a float value on an int dst; an int literal on a float dst is fine (the NKI
+    # library's memset(value=0) on float tiles; SDK release-notes/components/nki.rst 0.3.0).
+    ok = isinstance(value, (int, np.integer) + ((float, np.floating) if is_float(dst.dtype) else ())) \
+        and not isinstance(value, (bool, np.bool_))
     if not ok:
-        kind = "a float" if is_float(dst.dtype) else "an int"
+        kind = "a number" if is_float(dst.dtype) else "an int"
         raise rule_error("memset-value", where, f"value must be {kind} for a {dst.dtype.name} dst, got {value!r}")
     eng = _engine_name(engine, where)
     eng = "vector" if eng == "unknown" else eng
@@ -429,6 +531,39 @@ def nc_transpose(dst, data, engine=engine.unknown, name=None):
 
 # -- ScalarE ----------------------------------------------------------------------------------
 
+# Valid input ranges of the ScalarE functions that have one (SDK nki/api/nki.api.shared.rst, table
+# of activation functions): outside them the piece-wise polynomials give "invalid output results".
+# Bounds compared as fp32 numbers, so that e.g. fp32(pi) counts as pi; reciprocal bounds |x|.
+ACTIVATION_RANGES = {  # op: (low, high, the table's wording)
+    "rsqrt": (2.0 ** -87, 2.0 ** 97, "[2^-87, 2^97]"),
+    "reciprocal": (2.0 ** -42, 2.0 ** 42, "+-[2^-42, 2^42]"),
+    "log": (2.0 ** -64, 2.0 ** 64, "[2^-64, 2^64]"),
+    "sqrt": (2.0 ** -116, 2.0 ** 118, "[2^-116, 2^118]"),
+    "sin": (-np.pi, np.pi, "[-pi, pi]"),
+    "arctan": (-np.pi / 2, np.pi / 2, "[-pi/2, pi/2]"),
+}
+
+
+def _check_activation_range(op, x, data, where):
+    """nkicpu runs on data, so it checks the function's actual inputs x = data * scale + bias.
+
+    NaN inputs (uninitialised memory) pass, so that they show up in the output as before.
+    """
+    if op.name not in ACTIVATION_RANGES:
+        return
+    lo, hi, span = ACTIVATION_RANGES[op.name]
+    v = np.abs(x) if op.name == "reciprocal" else x
+    with np.errstate(invalid="ignore"):
+        bad = np.flatnonzero((v < F32(lo)) | (v > F32(hi)))     # NaN compares False both ways
+    if bad.size:
+        i = bad[0]
+        idx = [int(j) for j in np.unravel_index(i, data.shape)]
+        raise rule_error("activation-range", where,
+                         f"op={op!r} input data * scale + bias = {float(x.ravel()[i])!r} at data index {idx} "
+                         f"({bad.size} input(s) out of range) is outside its valid range {span}; ScalarE gives "
+                         f"invalid results there")
+
+
 def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None, reduce_cmd=reduce_cmd.idle, name=None):
     where = "nisa.activation"
     _op(op, where, "op", act=True)
@@ -445,6 +580,7 @@ def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=N
             x = x + _pf(bias)
         else:
             x = x + _scalar_operand(bias, data, where, "bias")
+    _check_activation_range(op, x, data, where)
     y = np.asarray(op.fn(x), dtype=F32)
     if _enum(reduce_cmd, "reduce_cmd", where) == _CMD.load_reduce:
         raise not_modeled("activation reduce_cmd=load_reduce")
@@ -467,6 +603,7 @@ def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=N
         _on_chip(reduce_res, where, "reduce_res")
         if reduce_res.partitions != P or reduce_res.free_size != 1:
             raise rule_error("activation-reduce-res", where, f"reduce_res must be a [{P}, 1] tile, got {list(reduce_res.shape)}")
+        _dst(reduce_res, where)
         _write(reduce_res, regs[lanes].copy())
         writes.append(reduce_res)
     return _record("activation", "scalar", reads, writes, op=op.name, reduce_cmd=reduce_cmd.name,
@@ -504,6 +641,16 @@ def tensor_tensor(dst, data1, data2, op, engine=engine.unknown, name=None):
         raise rule_error("engine", where, f"tensor_tensor runs on vector or gpsimd, got {eng}")
     if op.name == "power" and eng != "gpsimd":
         raise rule_error("engine", where, f"nl.power runs on GpSimd only, got engine {eng}")
+    # The tensor_tensor docstring (SDK nki/api/nki/isa/__init__.py) lets GpSimd run nl.power and
+    # integer (int32/uint32) arithmetic only; neuronx-cc rejects float arithmetic there ("TensorTensor
+    # cannot run on engine Pool", a trn2 compile log reported to this project), and the NKI library
+    # gives GpSimd only memset/iota-style work. tensor_scalar on GpSimd is "gpsimd-ops" (rsqrt only);
+    # the other ALU instructions have no engine= and run on VectorE.
+    if eng == "gpsimd" and op.name != "power" and any(is_float(t.dtype) for t in (dst, data1, data2)):
+        raise rule_error("gpsimd-float-arithmetic", where,
+                         f"GpSimd (Pool) does not run float tensor_tensor op={op!r} (dtypes "
+                         f"{[t.dtype.name for t in (dst, data1, data2)]}); only nl.power and integer arithmetic "
+                         f"run there: use engine=nisa.engine.vector")
     _no_gpsimd_psum(eng, [dst, data1, data2], where)
     _dst(dst, where)
     if op.bitvec:
@@ -628,6 +775,124 @@ def reciprocal(dst, data, name=None):
     with np.errstate(divide="ignore"):
         _write(dst, F32(1.0) / _pf(data))
     return _record("reciprocal", "vector", [data], [dst], name=name)
+
+
+# -- VectorE statistics (SDK isa stub: bn_stats, bn_aggr) ---------------------------------------
+
+BN_STATS_FMAX = 512     # nl.tile_size.bn_stats_fmax: bn_stats input elements per partition (bn_stats docstring)
+
+
+def _count_mean_m2(x):
+    """Per row of x: (count, mean, variance * count). A group with no elements (the odd elements of
+    a one-element row) gives zeros (estimate: the docs do not say; bn_aggr weighs it by count 0)."""
+    n = x.shape[1]
+    if n == 0:
+        return np.zeros((x.shape[0], 3), dtype=F32)
+    mean = x.mean(axis=1, dtype=F32)
+    m2 = np.square(x - mean[:, None], dtype=F32).sum(axis=1, dtype=F32)
+    return np.stack([np.full_like(mean, n), mean, m2], axis=1)
+
+
+def bn_stats(dst, data, name=None):
+    where = "nisa.bn_stats"
+    _on_chip(dst, where, "dst")
+    _on_chip(data, where, "data")
+    if data.free_size > BN_STATS_FMAX:
+        raise rule_error("operand-shape", where, f"data has {data.free_size} elements per partition; bn_stats takes at "
+                                                 f"most {BN_STATS_FMAX} (nl.tile_size.bn_stats_fmax): run it per "
+                                                 f"512-element tile and combine the outputs with one bn_aggr")
+    if dst.partitions != data.partitions or dst.free_size != 6:
+        raise rule_error("operand-shape", where, f"dst must hold 6 statistics for each of data's {data.partitions} "
+                                                 f"partitions, [{data.partitions}, 6], got {list(dst.shape)}")
+    _dst(dst, where)
+    x = _pf(data)           # the free dims flattened in view order: "even" and "odd" are positions in it
+    _write(dst, np.concatenate([_count_mean_m2(x[:, 0::2]), _count_mean_m2(x[:, 1::2])], axis=1))
+    return _record("bn_stats", "vector", [data], [dst], name=name)
+
+
+def bn_aggr(dst, data, name=None):
+    where = "nisa.bn_aggr"
+    _on_chip(dst, where, "dst")
+    _on_chip(data, where, "data")
+    if data.free_size % 3:
+        raise rule_error("operand-shape", where, f"data must hold (count, mean, variance * count) triples from bn_stats, "
+                                                 f"a multiple of 3 elements per partition, got {data.free_size}")
+    if dst.partitions != data.partitions or dst.free_size != 2:
+        raise rule_error("operand-shape", where, f"dst must hold mean and variance for each of data's "
+                                                 f"{data.partitions} partitions, [{data.partitions}, 2], got {list(dst.shape)}")
+    _dst(dst, where)
+    t = _pf(data).reshape(data.partitions, -1, 3)
+    count, mean, m2 = t[:, :, 0], t[:, :, 1], t[:, :, 2]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        n = count.sum(axis=1, dtype=F32)
+        total_mean = (count * mean).sum(axis=1, dtype=F32) / n
+        # Chan et al.'s pairwise combination: within-group sums plus the spread of the group means.
+        spread = (count * np.square(mean - total_mean[:, None])).sum(axis=1, dtype=F32)
+        variance = (m2.sum(axis=1, dtype=F32) + spread) / n
+    _write(dst, np.stack([total_mean, variance], axis=1))
+    return _record("bn_aggr", "vector", [data], [dst], name=name)
+
+
+# -- DMA transpose (SDK isa stub: dma_transpose; reference/nki-api.md §4.3) -----------------------
+
+# The one permutation each src rank takes ("Supported axes are (1, 0), (2, 1, 0), and (3, 1, 2, 0)").
+DMA_TRANSPOSE_AXES = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}
+
+
+def dma_transpose(dst, src, axes=None, priority=None, dge_mode=dge_mode.unknown, oob_mode=oob_mode.error, name=None):
+    where = "nisa.dma_transpose"
+    _tensor(dst, where, "dst")
+    _tensor(src, where, "src")
+    for value, arg in ((dge_mode, "dge_mode"), (oob_mode, "oob_mode")):
+        _enum(value, arg, where)
+    if priority is not None:
+        raise not_modeled("dma_transpose priority= (a NeuronCore-v4 DMA QoS level; nkicpu models trn2)")
+    if not is_sbuf(dst.buffer) or is_psum(src.buffer):
+        raise rule_error("dma-transpose-buffers", where, f"transposes HBM or SBUF into SBUF, got "
+                                                         f"{src.buffer.name} -> {dst.buffer.name}")
+    # nkicpu has no indirect (vector_offset) src, the only form that takes swdge or oob_mode=skip.
+    if dge_mode.name not in ("unknown", "hwdge") or oob_mode.name != "error":
+        raise rule_error("dma-transpose-mode", where, f"a direct transpose takes dge_mode unknown or hwdge and "
+                                                      f"oob_mode error, got {dge_mode.name} and {oob_mode.name}")
+    perm = DMA_TRANSPOSE_AXES.get(src.ndim)
+    if perm is None or (axes is not None and tuple(axes) != perm):
+        raise rule_error("dma-transpose-axes", where, f"the supported axes are {sorted(DMA_TRANSPOSE_AXES.values())}, "
+                                                      f"one per src rank; got axes={axes} for a {src.ndim}-d src")
+    # dst.shape[0] is src.shape[-1] and an SBUF dst spans at most 128 partitions: src.shape[-1] <= 128 holds.
+    transposed = tuple(src.shape[a] for a in perm)
+    if dst.shape != transposed:
+        raise rule_error("dma-transpose-shape", where, f"dst.shape must be the transposed src.shape "
+                                                       f"{list(transposed)}, rank included (NKI 0.4.0), got "
+                                                       f"{list(dst.shape)}")
+    # 2- and 4-byte dtypes are bit-accurate (trainium2_arch.rst "DMA Transpose"); hwdge takes 2 bytes.
+    sizes = (2,) if dge_mode.name == "hwdge" else (2, 4)
+    if dst.dtype != src.dtype or src.dtype.itemsize not in sizes:
+        raise rule_error("dma-transpose-dtype", where, f"src and dst need one dtype of {' or '.join(map(str, sizes))} "
+                                                       f"bytes (dge_mode={dge_mode.name}), got {src.dtype.name} -> "
+                                                       f"{dst.dtype.name}")
+    lead = src.shape[0]
+    if dge_mode.name == "hwdge" and not (lead == 16 if src.ndim == 2 else
+                                         lead in (1, 2, 4, 8, 16) and lead * src.shape[-2] % 16 == 0):
+        raise rule_error("dma-transpose-hwdge", where, f"a hwdge transpose needs src.shape[0] == 16 (2-d), or "
+                                                       f"src.shape[0] in (1, 2, 4, 8, 16) with src.shape[0] * "
+                                                       f"src.shape[-2] a multiple of 16 (3-/4-d); got "
+                                                       f"{list(src.shape)}")
+    _dst(dst, where)
+    _write(dst, np.transpose(src.numpy(), perm), cast=False)
+    return _record("dma_transpose", "dma", [src], [dst], dge_mode=dge_mode.name, axes=perm, priority=priority,
+                   name=name)
+
+
+# -- LNC synchronisation (SDK isa stub: core_barrier, sendrecv) ----------------------------------
+
+def core_barrier(data, cores, engine=engine.gpsimd, name=None):
+    raise not_modeled("nisa.core_barrier: the programs of a launch grid run one after the other here, and HBM "
+                      "accesses a barrier would order are rejected as races ([lnc-race])")
+
+
+def sendrecv(src, dst, send_to_rank, recv_from_rank, pipe_id, dma_engine=dma_engine.dma, name=None):
+    raise not_modeled("nisa.sendrecv: the programs of a launch grid run one after the other here and cannot "
+                      "exchange data")
 
 
 def __getattr__(attr):

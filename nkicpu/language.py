@@ -8,9 +8,9 @@ import numpy as np
 
 from . import memory
 from .errors import not_modeled, rule_error
-from .memory import DTYPES, PMAX, Allocation, MemoryRegion, check_dtype, is_hbm, is_on_chip, is_psum, is_sbuf
+from .memory import DTYPES, PMAX, MemoryRegion, check_dtype, is_hbm, is_on_chip, is_psum, is_sbuf
 from .ops import OPS
-from .run import current_run
+from .run import current_run, running
 from .tensor import DynamicSlice, NkiTensor
 
 __all__ = ["NkiTensor", "is_hbm", "is_on_chip", "is_psum", "is_sbuf"]
@@ -68,9 +68,7 @@ def ndarray(shape, dtype, buffer=sbuf, name="", address=None):
     if is_on_chip(buffer) and shape[0] > PMAX:
         raise rule_error("partition-dim", where, f"the partition dim (shape[0]) of a tensor in {buffer.name} must be "
                                                  f"<= {PMAX}, got {shape[0]}")
-    run = current_run("nl.ndarray")
-    alloc = Allocation(shape, dt, buffer, name, run.accounting)
-    run.allocations[alloc.id] = (alloc.name, buffer.value, dt.name, shape)
+    alloc = current_run("nl.ndarray").allocate(shape, dt, buffer, name)
     return NkiTensor(alloc, shape, _row_major(shape), 0)
 
 
@@ -109,17 +107,32 @@ def affine_range(start, stop=None, step=1):
 sequential_range = static_range = affine_range
 
 
-# -- SPMD launch grid (nkicpu runs one program: no grid) --------------------------------------
+# -- SPMD launch grid: kernel[n] (reference/nki-api.md §1.3; SDK nki/get-started/about/lnc.rst) ----
+def _grid():
+    """(program id, number of programs, grid rank) of the running kernel; (0, 1, 0) without a grid."""
+    run = current_run("the SPMD queries") if running() else None
+    if run is None or run.programs is None:
+        return 0, 1, 0
+    return run.core, run.programs, 1
+
+
+def _axis(axis, where):
+    if axis != 0:
+        raise ValueError(f"{where}: a launch grid kernel[n] has one axis (0), got {axis!r}")
+
+
 def program_id(axis=0):
-    return 0
+    _axis(axis, "nl.program_id")
+    return _grid()[0]
 
 
 def num_programs(axes=0):
-    return 1
+    _axis(axes, "nl.num_programs")
+    return _grid()[1]
 
 
 def program_ndim():
-    return 0
+    return _grid()[2]
 
 
 def device_print(print_prefix, tensor):

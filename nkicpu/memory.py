@@ -60,7 +60,17 @@ DTYPES = {
     "float8_e4m3": np.dtype(ml_dtypes.float8_e4m3),
     "float8_e4m3fn": np.dtype(ml_dtypes.float8_e4m3fn),
     "float8_e5m2": np.dtype(ml_dtypes.float8_e5m2),
+    # tf32 (1S,8E,10M; SDK nki/api/nki.api.shared.rst) has no NumPy type: 4-byte float32 storage, told
+    # apart by its metadata (see dtype_name). It compares equal to float32, so fp32 rules accept it;
+    # values keep fp32 precision (the 10-bit mantissa rounding of the hardware is not modeled).
+    "tfloat32": np.dtype(np.float32, metadata={"nki": "tfloat32"}),
 }
+
+
+def dtype_name(dtype):
+    """The NKI name of a dtype (NumPy's name, except for tfloat32)."""
+    dt = np.dtype(dtype)
+    return (dt.metadata or {}).get("nki", dt.name)
 
 
 def is_float(dtype):

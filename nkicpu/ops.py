@@ -4,6 +4,8 @@ Each is an `Op` with its fp32 NumPy semantics. `alu` ops run on Vector/GpSimd (b
 with operand0 None/0); `act` ops are ScalarE activation functions. Calling one directly, like the
 experimental `nl.add(x, y)` convenience wrappers, is not modeled.
 """
+import math
+
 import numpy as np
 
 from .errors import not_modeled
@@ -39,6 +41,23 @@ def _sigmoid(x):
 
 def _gelu_tanh(x):
     return (0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))).astype(F32)
+
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])  # NumPy has no erf
+
+
+def _gelu(x):
+    """Exact GELU, 0.5 x (1 + erf(x / sqrt 2)) (the NKI library's reference of nl.gelu:
+    LIB test/integration/nkilib/utils/test_kernel_common.py `gelu`)."""
+    x = np.asarray(x, dtype=np.float64)
+    return (0.5 * x * (1 + _erf(x / np.sqrt(2)))).astype(F32)
+
+
+def _gelu_apprx_sigmoid(x):
+    """x * sigmoid(1.702 x): the SDK docs name it only "GELU approximation using sigmoid"; the factor
+    is the NKI library's (LIB test/integration/nkilib/utils/test_kernel_common.py `gelu_apprx_sigmoid`,
+    core/moe/moe_cte/moe_cte_torch_utils.py) and Hendrycks & Gimpel's (arXiv:1606.08415)."""
+    return (x * _sigmoid(F32(1.702) * x)).astype(F32)
 
 
 def _silu_dx(x):
@@ -81,7 +100,8 @@ ACTIVATIONS = {
     "copy": lambda x: x, "square": np.square, "exp": np.exp, "log": np.log, "sqrt": np.sqrt,
     "rsqrt": lambda x: 1.0 / np.sqrt(x), "reciprocal": lambda x: 1.0 / x, "sigmoid": _sigmoid,
     "silu": _silu, "silu_dx": _silu_dx, "softplus": lambda x: np.logaddexp(F32(0), x), "tanh": np.tanh,
-    "relu": lambda x: np.maximum(x, 0), "gelu_apprx_tanh": _gelu_tanh, "sign": np.sign, "abs": np.abs,
+    "relu": lambda x: np.maximum(x, 0), "gelu": _gelu, "gelu_apprx_tanh": _gelu_tanh,
+    "gelu_apprx_sigmoid": _gelu_apprx_sigmoid, "sign": np.sign, "abs": np.abs,
     "sin": np.sin, "arctan": np.arctan,
 }
 

@@ -10,6 +10,8 @@ import math
 
 import numpy as np
 
+from .memory import dtype_name
+
 
 @dataclass(frozen=True)
 class Access:
@@ -99,5 +101,5 @@ class Instruction:
 
 def access_of(t):
     a = t._alloc
-    return Access(alloc=a.id, buffer=a.buffer.value, dtype=a.dtype.name, offset=t.offset,
+    return Access(alloc=a.id, buffer=a.buffer.value, dtype=dtype_name(a.dtype), offset=t.offset,
                   pattern=tuple(zip(t.strides, t.shape)), itemsize=a.dtype.itemsize, row_elems=a.row_elems)

@@ -1,20 +1,42 @@
-"""One kernel run: its allocations, capacity accounting, engine registers and instruction record."""
-import numpy as np
+"""One kernel run: its allocations, capacity accounting, engine registers and instruction record.
 
-from .memory import PMAX, Accounting
+A launch grid `kernel[n]` runs its programs here one after the other, each as one physical
+NeuronCore with its own SBUF/PSUM accounting and ScalarE registers; they share only HBM. On
+hardware the programs run at the same time, and nkicpu does not model the barriers that could order
+them, so the run rejects a read of an HBM element another program wrote (unless the reader wrote it
+too) and a write that changes the bits of an element another program wrote or read. A duplicate
+write of the same bits is harmless: below its sharding threshold the NKI library's rmsnorm_tkg lets
+both cores of an LNC=2 launch write the whole output (LIB core/subkernels/rmsnorm_tkg.py).
+"""
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from .errors import rule_error
+from .memory import PMAX, Accounting, Allocation, MemoryRegion, dtype_name
 from .record import Instruction
 
 _current = None
 
 
 class Run:
-    def __init__(self):
-        self.accounting = Accounting()
+    def __init__(self, programs=None):
+        self.programs = programs       # n of a launch grid kernel[n]; None without a grid
+        self.accountings = [Accounting() for _ in range(self.num_programs)]
         self.instructions = []
         self.allocations = {}          # id -> (name, buffer, dtype, shape): metadata only
+        self.core = 0                  # the program (physical core) now running
+        self.accounting = self.accountings[0]
         # ScalarE's 128 per-lane fp32 reduce registers; unset until a reduce_cmd resets them.
         self.scalar_reduce_regs = np.full(PMAX, np.nan, dtype=np.float32)
-        self.core = 0                  # the program (physical core) now running; see Kernel.__getitem__
+        self._shared = []              # grid: program 0's shared_hbm allocations, in allocation order
+        self._shared_used = 0          # how many of them the running program has allocated again
+        self._hbm_use = {}             # grid: alloc id -> _HbmUse of a shared HBM allocation
+
+    @property
+    def num_programs(self):
+        return self.programs or 1
 
     def __enter__(self):
         global _current
@@ -28,11 +50,115 @@ class Run:
         global _current
         _current = None
 
+    # -- programs of a launch grid -------------------------------------------------------------
+    def start_program(self, core):
+        """Switch to program `core`: its own on-chip accounting and ScalarE registers."""
+        self.finish()
+        self.core = core
+        self.accounting = self.accountings[core]
+        self.scalar_reduce_regs = np.full(PMAX, np.nan, dtype=np.float32)
+        self._shared_used = 0
+
+    def finish(self):
+        """End the running program: a program after 0 must have made all of program 0's shared_hbm allocations."""
+        if self.core and self._shared_used != len(self._shared):
+            raise rule_error("lnc-shared-hbm", f"program {self.core}",
+                             f"allocated {self._shared_used} nl.shared_hbm tensor(s), program 0 allocated "
+                             f"{len(self._shared)}: every program of a launch grid must run the same control flow")
+
+    # -- allocation ----------------------------------------------------------------------------
+    def allocate(self, shape, dtype, buffer, name):
+        """The storage of an `nl.ndarray`; in a grid, the k-th shared_hbm one is program 0's k-th."""
+        shared = self.num_programs > 1 and buffer is MemoryRegion.shared_hbm
+        if shared and self.core:
+            return self._shared_again(shape, dtype, name)
+        alloc = Allocation(shape, dtype, buffer, name, self.accounting)
+        self.allocations[alloc.id] = (alloc.name, buffer.value, dtype_name(dtype), tuple(shape))
+        if shared:
+            self._shared.append(alloc)
+        self.track(alloc)
+        return alloc
+
+    def _shared_again(self, shape, dtype, name):
+        k = self._shared_used
+        where = f"nl.ndarray({name or 'unnamed'}) in program {self.core}"
+        if k == len(self._shared):
+            raise rule_error("lnc-shared-hbm", where, f"is nl.shared_hbm allocation #{k}, but program 0 made only "
+                                                      f"{k}: every program of a launch grid must run the same "
+                                                      f"control flow")
+        alloc = self._shared[k]
+        if alloc.shape != tuple(shape) or dtype_name(alloc.dtype) != dtype_name(dtype):
+            raise rule_error("lnc-shared-hbm", where,
+                             f"nl.shared_hbm allocation #{k} is {list(shape)} {dtype_name(dtype)}, but program 0's is "
+                             f"{list(alloc.shape)} {dtype_name(alloc.dtype)}; it is the same storage in every program")
+        self._shared_used += 1
+        return alloc
+
+    def track(self, alloc):
+        """In a grid, follow who reads and writes each element of a shared HBM allocation, and the
+        bits it held after its last write (`shadow`), to tell a changing write from a duplicate."""
+        if self.num_programs > 1 and alloc.buffer is MemoryRegion.shared_hbm:
+            size = alloc.data.size
+            self._hbm_use[alloc.id] = _HbmUse(alloc.name, alloc.data, alloc.data.copy(),
+                                              np.zeros(size, dtype=np.uint8), np.zeros(size, dtype=np.uint8))
+
+    # -- the instruction record ----------------------------------------------------------------
     def record(self, engine, opcode, reads, writes, **args):
         ins = Instruction(index=len(self.instructions), engine=engine, opcode=opcode,
                           reads=list(reads), writes=list(writes), args=args, core=self.core)
+        if self._hbm_use:
+            self._check_races(ins)
         self.instructions.append(ins)
         return ins
+
+    def _check_races(self, ins):
+        mine = np.uint8(1 << self.core)
+        others = ~mine
+        for access, writes in [(a, False) for a in ins.reads] + [(a, True) for a in ins.writes]:
+            use = self._hbm_use.get(access.alloc)
+            if use is None:
+                continue
+            w, r = _elements(use.writers, access), _elements(use.readers, access)
+            if writes:  # racy only if it changes bits another program wrote or read
+                new, old = _elements(use.data, access), _elements(use.shadow, access)
+                changed = _bits(new) != _bits(old)
+                races = [("wrote", w, changed & (w & others != 0)), ("read", r, changed & (r & others != 0))]
+            else:        # racy if another program wrote it and this one did not
+                races = [("wrote", w, (w & others != 0) & (w & mine == 0))]
+            for did, bits, bad in races:
+                if bad.any():
+                    first = np.flatnonzero(bad.ravel())[0]
+                    other = int(bits.ravel()[first] & others).bit_length() - 1
+                    raise rule_error("lnc-race", f"nisa.{ins.opcode} in program {self.core}",
+                                     f"{'changes' if writes else 'reads'} {int(bad.sum())} element(s) of {use.name} "
+                                     f"that program {other} {did}; the programs of a launch grid run at the same time "
+                                     f"on hardware and nkicpu does not model the barriers that would order them")
+            if writes:
+                w |= mine
+                old[...] = new
+            else:
+                r |= mine
+
+
+@dataclass
+class _HbmUse:
+    """One shared HBM allocation of a grid: per element, the programs that wrote / read it (bit per core)."""
+    name: str
+    data: np.ndarray
+    shadow: np.ndarray
+    writers: np.ndarray
+    readers: np.ndarray
+
+
+def _elements(array, access):
+    """A view of `array` (one entry per storage element) over the elements an access touches."""
+    counts = [n for _, n in access.pattern]
+    strides = [s * array.itemsize for s, _ in access.pattern]
+    return as_strided(array[access.offset:], shape=counts, strides=strides)
+
+
+def _bits(a):
+    return a.view(np.dtype(f"u{a.itemsize}"))
 
 
 def current_run(where):

@@ -45,6 +45,10 @@ SDK_2_32 = {
         "scalar_tensor_tensor": "dst, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False, name=None",
         "tensor_reduce": "dst, op, data, axis, negate=False, keepdims=False, name=None",
         "reciprocal": "dst, data, name=None",
+        "dma_transpose": "dst, src, axes=None, priority=None, dge_mode=dge_mode.unknown, oob_mode=oob_mode.error, "
+                         "name=None",
+        "core_barrier": "data, cores, engine=engine.gpsimd, name=None",
+        "sendrecv": "src, dst, send_to_rank, recv_from_rank, pipe_id, dma_engine=dma_engine.dma, name=None",
     },
     nl: {
         "ndarray": "shape, dtype, buffer=sbuf, name='', address=None",
@@ -54,6 +58,7 @@ SDK_2_32 = {
         "affine_range": "start, stop=None, step=1",
         "program_id": "axis=0",
         "num_programs": "axes=0",
+        "program_ndim": "",
         "device_print": "print_prefix, tensor",
     },
     nl.NkiTensor: {
@@ -546,6 +551,8 @@ ACTIVATIONS = {
     "tanh": (np.tanh, -4, 4),
     "relu": (lambda x: np.maximum(x, 0), -4, 4),
     "gelu_apprx_tanh": (lambda x: 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3))), -4, 4),
+    "gelu": (lambda x: 0.5 * x * (1 + np.vectorize(math.erf)(x / math.sqrt(2))), -4, 4),
+    "gelu_apprx_sigmoid": (lambda x: x * _sig(1.702 * x), -6, 6),
     "sign": (np.sign, -4, 4),
     "abs": (np.abs, -4, 4),
     "sin": (np.sin, -math.pi, math.pi),
@@ -645,20 +652,20 @@ def test_activation_reduce_commands():
 
 
 def test_activation_accumulators_are_per_partition_lane():
-    """ScalarE has one accumulator per lane (partition): a view of partitions 8..15 uses lanes 8..15."""
-    x, y = rand((16, 6), F32), rand((16, 6), F32, seed=1)
+    """ScalarE has one accumulator per lane (partition): a view of partitions 32..63 uses lanes 32..63."""
+    x, y = rand((64, 6), F32), rand((64, 6), F32, seed=1)
 
     @nki.jit
     def k(x, y):
         a, b = load(x), load(y)
-        junk = nl.ndarray((16, 6), nl.float32)
+        junk = nl.ndarray((64, 6), nl.float32)
         nisa.activation(dst=junk, op=nl.copy, data=a, reduce_op=nl.add, reduce_cmd=nisa.reduce_cmd.reset_reduce)
-        r = nl.ndarray((8, 1), nl.float32)
-        nisa.activation(dst=junk[8:16], op=nl.copy, data=b[8:16], reduce_op=nl.add, reduce_res=r,
+        r = nl.ndarray((32, 1), nl.float32)
+        nisa.activation(dst=junk[32:64], op=nl.copy, data=b[32:64], reduce_op=nl.add, reduce_res=r,
                         reduce_cmd=nisa.reduce_cmd.reduce)
         return store(r)
 
-    want = x[8:16].astype(np.float64).sum(1, keepdims=True) + y[8:16].sum(1, keepdims=True)
+    want = x[32:64].astype(np.float64).sum(1, keepdims=True) + y[32:64].sum(1, keepdims=True)
     np.testing.assert_allclose(run(k, x, y), want, rtol=1e-6, atol=1e-6)
 
 

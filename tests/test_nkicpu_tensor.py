@@ -348,7 +348,8 @@ def test_import_kernels_makes_nki_the_cpu_model_without_the_sdk():
 def test_import_kernels_prefers_the_sdk_and_nkicpu_1_forces_the_model(tmp_path):
     pkg = tmp_path / "nki"                     # stands in for the Neuron SDK's nki package
     pkg.mkdir()
-    (pkg / "__init__.py").write_text("FAKE_NEURON_SDK = True\n")
+    # `import kernels` imports the fused kernel, whose module applies @nki.jit at import time
+    (pkg / "__init__.py").write_text("FAKE_NEURON_SDK = True\n\ndef jit(fn=None, **kwargs):\n    return fn\n")
     (pkg / "language.py").write_text("")
     (pkg / "isa.py").write_text("")
     assert _import_nki(tmp_path, force=False) == ["neuron-sdk", "nki", "True", "nki.language"]
