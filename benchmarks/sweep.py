@@ -8,8 +8,10 @@ For every configuration (`kernels.configs.SWEEP_SHARDS`: Qwen3-Next-80B TP1 and 
 TP1, 9B TP2, 27B TP8, 397B-A17B TP16), batch (`SWEEP_BATCHES`: 1, 8, 32, 64) and kernel variant
 (`benchmarks.variants.VARIANTS`: the five stages) it runs the kernel on the CPU model, schedules
 its instruction record with the trn2 cost model (`nkicpu.profile`) and records one row: the
-shape, the modeled time, HBM bytes, the HBM roofline, busy fraction per engine, the instruction
-count, and the host wall time the CPU model took.
+shape, the modeled time as a band (best: documented peak figures; likely: calibrated against
+public trn2 measurements, `modeled_us`), the standalone launch overhead apart, HBM bytes, the HBM
+roofline, busy fraction per engine, the instruction count, and the host wall time the CPU model
+took.
 
 Every time in the output is MODELED (trn2 cost model), never measured on hardware. The one wall
 time, `cpu_model_wall_s`, is how long this machine took to run the CPU model (functional run +
@@ -18,7 +20,7 @@ scheduling); it says nothing about Trainium.
 Writes, in --out (default benchmarks/results/, git-ignored):
     sweep.json   {"metadata": {...}, "rows": [one record per (config, B, variant)]}; rewritten
                  after every row, so an interrupted sweep leaves the rows it finished
-    sweep.png    modeled time vs B per variant (log-log), the HBM roofline dashed
+    sweep.png    modeled band (best .. likely) vs B per variant (log-log), the HBM roofline dashed
 
 A row that fails is recorded with its error (status "error") and the sweep goes on; the exit
 status is 1 if any row failed. The sweep always uses nkicpu (the cost model needs its instruction
@@ -57,9 +59,11 @@ QUICK_CONFIG, QUICK_BATCHES = "Qwen3.5-397B-A17B-TP16", (1, 8)
 
 COST_MODEL_SOURCE = (
     "nkicpu/costs.py TABLE: documented trn2 NeuronCore-v3 numbers (Neuron documentation, "
-    "reference/nki-api.md section 7), each constant with its source; rows marked 'estimate:' are "
-    "reasoned where the documentation is silent. Scheduling: nkicpu/schedule.py (in-order engine "
-    "and DMA queues, dependencies from overlapping memory regions, DMA sharing the core's bandwidth).")
+    "reference/nki-api.md section 7) and public trn2 measurements ('measured:'), each constant with "
+    "its source, the estimate it belongs to (best, likely, both, launch) and where measurements "
+    "disagree; rows marked 'estimate:' are reasoned where both are silent. Scheduling: "
+    "nkicpu/schedule.py (in-order engine and DMA queues, dependencies from overlapping memory "
+    "regions, DMA sharing each core's bandwidth), run once per estimate.")
 
 # What each row field means; copied into the JSON so that no figure can be mistaken for another.
 FIELDS = {
@@ -73,7 +77,11 @@ FIELDS = {
     "G, conv_dim, value_dim": "derived: nv/nk, 2*nk*dk + nv*dv, nv*dv",
     "label": "always 'modeled (trn2 cost model)': no time here is measured on hardware",
     "status": "'ok' or 'error' (then the figures are null and `error` says why)",
-    "modeled_us": "modeled kernel time, microseconds (trn2 cost model)",
+    "modeled_us": "modeled kernel time, the LIKELY estimate (calibrated against public trn2 measurements), "
+                  "microseconds (trn2 cost model)",
+    "best_us": "modeled kernel time, the BEST estimate (documented peak figures), microseconds; "
+               "roofline_us <= best_us <= modeled_us",
+    "launch_us": "modeled standalone launch preamble + epilogue, microseconds; not in modeled_us or best_us",
     "roofline_us": "HBM roofline for the same bytes: (read + written) / HBM_ROOFLINE_GBPS, microseconds",
     "modeled_over_roofline": "modeled_us / roofline_us (>= 1; large means latency or engine bound)",
     "hbm_read_bytes, hbm_write_bytes": "HBM bytes the kernel's DMAs read and write",
@@ -173,7 +181,8 @@ def _error(exc):
 
 def failed_row(variant, shape, exc, wall_s=None):
     row = _row_base(variant, shape)
-    row.update(status="error", modeled_us=None, roofline_us=None, modeled_over_roofline=None,
+    row.update(status="error", modeled_us=None, best_us=None, launch_us=None, roofline_us=None,
+               modeled_over_roofline=None,
                hbm_read_bytes=None, hbm_write_bytes=None, busy_fraction=None, busiest_lane=None,
                instructions=None, peak_sbuf_bytes=None, peak_psum_banks=None,
                cpu_model_wall_s=wall_s, cpu_model_run_s=None, cpu_model_schedule_s=None,
@@ -198,7 +207,7 @@ def run_row(variant, shape, inputs):
     row = _row_base(variant, shape)
     row.update(
         label=prof.label, status="ok",
-        modeled_us=prof.total_us, roofline_us=prof.roofline_us,
+        modeled_us=prof.total_us, best_us=prof.best_us, launch_us=prof.launch_us, roofline_us=prof.roofline_us,
         modeled_over_roofline=prof.total_us / prof.roofline_us if prof.roofline_us else None,
         hbm_read_bytes=prof.hbm_read_bytes, hbm_write_bytes=prof.hbm_write_bytes,
         busy_fraction=busy, busiest_lane=max(busy, key=busy.get) if busy else None,
@@ -235,8 +244,8 @@ def metadata(argv, args):
         "cost_model": {
             "source": COST_MODEL_SOURCE,
             "hbm_roofline_gbps": costs.HBM_ROOFLINE_GBPS,
-            "constants": [{"name": c.name, "value": c.value, "unit": c.unit, "source": c.source}
-                          for c in costs.TABLE],
+            "constants": [{"name": c.name, "value": c.value, "unit": c.unit, "source": c.source,
+                           "band": c.band, "disagreement": c.disagreement} for c in costs.TABLE],
         },
         "host": {"python": platform.python_version(), "platform": platform.platform(),
                  "cpu_count": os.cpu_count()},
@@ -255,9 +264,11 @@ def write_json(path, meta, rows):
 
 
 def plot(rows, path):
-    """One log-log panel per variant: modeled µs vs B per config (solid), its HBM roofline dashed."""
+    """One log-log panel per variant: the modeled band vs B per config (shaded from best to likely,
+    likely solid), its HBM roofline dashed."""
     from matplotlib.figure import Figure  # no pyplot: no GUI backend, nothing global
     from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
     from matplotlib.ticker import NullLocator
 
     variants = list(dict.fromkeys(r["variant"] for r in rows))
@@ -276,6 +287,8 @@ def plot(rows, path):
             if not ok:
                 continue
             bs = [r["B"] for r in ok]
+            ax.fill_between(bs, [r["best_us"] for r in ok], [r["modeled_us"] for r in ok], color=colors[config],
+                            alpha=0.2, linewidth=0)
             ax.plot(bs, [r["modeled_us"] for r in ok], "o-", color=colors[config], label=config)
             ax.plot(bs, [r["roofline_us"] for r in ok], "--", color=colors[config], alpha=0.7)
         failed = [r for r in rows if r["variant"] == variant and r["status"] != "ok"]
@@ -291,20 +304,22 @@ def plot(rows, path):
     for ax in axes[len(variants):]:
         ax.axis("off")
     handles, labels = axes[0].get_legend_handles_labels()
-    handles += [Line2D([], [], color="gray", ls="-", marker="o"), Line2D([], [], color="gray", ls="--")]
-    labels += ["modeled time (solid)", "HBM roofline, same bytes (dashed)"]
+    handles += [Line2D([], [], color="gray", ls="-", marker="o"), Patch(color="gray", alpha=0.2),
+                Line2D([], [], color="gray", ls="--")]
+    labels += ["likely time (solid)", "band: best .. likely (shaded)", "HBM roofline, same bytes (dashed)"]
     if len(axes) > len(variants):  # a spare panel holds the legend
         axes[len(variants)].legend(handles, labels, loc="center", frameon=False, title="per-device config")
     else:
         fig.legend(handles, labels, loc="outside lower center", ncols=min(4, len(labels)), frameon=False)
-    fig.suptitle("GDN decode kernels, one layer per device: time vs batch, modeled (trn2 cost model); "
+    fig.suptitle("GDN decode kernels, one layer per device: time vs batch as a band (best .. likely), "
+                 "modeled (trn2 cost model); "
                  f"HBM roofline at {costs.HBM_ROOFLINE_GBPS:g} GB/s per NeuronCore")
     fig.savefig(path, dpi=110)
 
 
 # --- the sweep --------------------------------------------------------------------------------
 
-HEADER = (f"{'config':<24}{'B':>4}  {'variant':<18}{'modeled_us':>11}{'roofline_us':>12}{'ratio':>8}"
+HEADER = (f"{'config':<24}{'B':>4}  {'variant':<18}{'best_us':>9}{'modeled_us':>11}{'roofline_us':>12}{'ratio':>8}"
           f"{'instr':>7}  {'busiest lane':<20}{'cpu_model_s':>11}")
 
 
@@ -316,7 +331,7 @@ def _line(row):
     ratio = row["modeled_over_roofline"]
     lane = row["busiest_lane"]
     busiest = f"{lane} {row['busy_fraction'][lane]:.0%}" if lane else "-"
-    return (f"{row['modeled_us']:11.2f}{row['roofline_us']:12.2f}"
+    return (f"{row['best_us']:9.2f}{row['modeled_us']:11.2f}{row['roofline_us']:12.2f}"
             f"{(f'{ratio:.1f}x' if ratio else '-'):>8}{row['instructions']:7d}  {busiest:<20}"
             f"{row['cpu_model_wall_s']:11.2f}")
 

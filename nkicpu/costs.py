@@ -1,22 +1,36 @@
 """What one instruction costs on a trn2 NeuronCore (NeuronCore-v3): the constants and the formulas.
 
-Every number the cost model uses is a row of `TABLE`, with its unit and where it comes from: a
-Neuron documentation page (`doc:` paths are relative to the aws-neuron/aws-neuron-sdk repository,
-release 2.32) or, where the documentation is silent, `estimate:` and the reasoning. The formulas
-below turn an `Instruction` from the nkicpu record into engine time (compute engines) or into the
-work a DMA transfer puts on the core's DMA engines. *When* each instruction runs is decided by
-`nkicpu.schedule`; this module only says how long it takes.
+Every number the cost model uses is a row of `TABLE`: its unit, where it comes from, which
+estimate uses it, and where public trn2 measurements disagree with it. A source is a Neuron
+documentation page (`doc:` paths are relative to the aws-neuron/aws-neuron-sdk repository, release
+2.32), a public trn2 measurement (`measured:`), or, where both are silent, `estimate:` and the
+reasoning.
 
-The rule for compute engines, from the architecture guides: a fixed cost per instruction (the
-static overhead or minimum initiation interval) plus a cost per element of one partition, because
-all partitions (lanes) work in parallel. For TensorE, the documented initiation interval of a
-matmul. For DMA, a fixed latency plus bytes over bandwidth, where each descriptor (one contiguous
-chunk) costs at least as much engine time as a ~2.4 KiB chunk would.
+The model gives two estimates, a band:
+
+* `BEST`: the documented peak figures, read optimistically (LoadStationary hidden behind the
+  previous matmul, DMA at 368 GB/s per core, no ScalarE table loads, no semaphore latency).
+* `LIKELY`: calibrated against public trn2 measurements (the activation-table switch, the TensorE
+  per-instruction floor, LoadStationary ~K cycles, the semaphore hand-off, the achieved DMA rate).
+
+A row's `band` says which estimate uses it: "both", "best", "likely", or "launch" (the standalone
+launch preamble and epilogue, which a profile reports apart from the kernel's time). Each LIKELY
+cost is at least its BEST counterpart, so the LIKELY time is not below the BEST one (the tests
+check it on random instruction streams), and the BEST time is never below the HBM roofline
+(bytes / 368 GB/s per core), by construction.
+
+The formulas below turn an `Instruction` from the nkicpu record into engine time (compute engines)
+or into the work a DMA transfer puts on the core's DMA engines. *When* each instruction runs is
+decided by `nkicpu.schedule`; this module only says how long it takes.
 """
 import math
 from dataclasses import dataclass
 
+from .errors import not_modeled
 from .record import Access, Instruction
+
+BEST, LIKELY = "best", "likely"
+BANDS = (BEST, LIKELY)
 
 
 @dataclass(frozen=True)
@@ -25,13 +39,15 @@ class Constant:
     value: float
     unit: str
     source: str
+    band: str               # "both", "best", "likely" or "launch"
+    disagreement: str       # where public trn2 measurements disagree ("" if none is known)
 
 
 TABLE = []
 
 
-def _const(name, value, unit, source):
-    TABLE.append(Constant(name, value, unit, source))
+def _const(name, value, unit, source, band="both", disagreement=""):
+    TABLE.append(Constant(name, value, unit, source, band, disagreement))
     return value
 
 
@@ -40,9 +56,16 @@ ARCH1 = "doc: nki/guides/architecture/trainium_inferentia2_arch.rst"
 SHARED = "doc: nki/api/nki.api.shared.rst"
 DMA_BW = "doc: nki/deep-dives/nki-dma-bandwidth-guide.rst"
 DMA_OVERVIEW = "doc: nki/get-started/about/nki-dma-overview.rst"
+# Public trn2 captures (neuron-explorer) of a Qwen3.6 DeltaNet decode layer, the same block this
+# project builds: per-instruction and per-DMA figures read off real profiles.
+DELTANET_REF = "github.com/KevGomes1403/nki-moe-megakernel, nki_kernels/specs/deltanet_decode_opt.md (commit 0d4ef9a)"
+DELTANET_LOG = f"measured: {DELTANET_REF}, trn2 neuron-explorer captures of a DeltaNet decode layer"
+DELTANET = "nki-moe-megakernel deltanet_decode_opt.md"   # the same source, named again in a row
 
 # -- clocks ------------------------------------------------------------------------------------
-TENSOR_GHZ = _const("TENSOR_GHZ", 2.4, "GHz", f"{ARCH2}, table 'Compute Engine Specifications'")
+TENSOR_GHZ = _const("TENSOR_GHZ", 2.4, "GHz", f"{ARCH2}, table 'Compute Engine Specifications'",
+                    disagreement="a capture under the hardware's utilization throttle ran matmuls 1.69x slower "
+                                 f"(592 ns unthrottled, 1001 ns throttled; {DELTANET}); not modeled")
 VECTOR_GHZ = _const("VECTOR_GHZ", 0.96, "GHz", f"{ARCH2}, table 'Compute Engine Specifications'")
 SCALAR_GHZ = _const("SCALAR_GHZ", 1.2, "GHz", f"{ARCH2}, table 'Compute Engine Specifications'")
 GPSIMD_GHZ = _const("GPSIMD_GHZ", 1.2, "GHz", f"{ARCH2}, table 'Compute Engine Specifications'")
@@ -59,14 +82,30 @@ MM_COLUMNS_PER_CYCLE = _const(
 LOAD_STATIONARY_SPEEDUP = _const(
     "LOAD_STATIONARY_SPEEDUP", 4, "x faster than MultiplyMoving",
     f"{ARCH1}, 'Fast LoadStationary': 'up to 4x faster than a MultiplyMoving with the same free axis "
-    "size'; taken as exactly 4x")
-MATMUL_FP32_FACTOR = _const(
-    "MATMUL_FP32_FACTOR", 4, "x",
-    f"{ARCH1}, 'Tensor Engine' Cost Model: fp32 inputs cost roughly 4x bf16/fp16/tf32/fp8")
-TRANSPOSE_FP32_FACTOR = _const(
-    "TRANSPOSE_FP32_FACTOR", 2, "x",
-    f"{ARCH2}, 'Built-in Transpose Support': transpose mode is 2x faster for fp32 than a fp32 matmul "
-    "(4x / 2)")
+    "size', and it runs in the background of the previous MultiplyMoving, so a matmul costs the larger "
+    "of the two; taken as exactly 4x", band=BEST,
+    disagreement=f"measured matmuls cost (K + N) cycles per pass, LoadStationary not hidden ({DELTANET}): "
+                 "2 x (128 + 512) cycles = 533 ns at 2.4 GHz for its fp32 in_proj matmuls, 592 ns measured "
+                 "unthrottled (the measured matmul's shape is inferred)")
+LOAD_STATIONARY_CYCLES_PER_ROW = _const(
+    "LOAD_STATIONARY_CYCLES_PER_ROW", 1, "TensorE cycles / contraction row",
+    f"{DELTANET_LOG}: 'the in_proj PE cost model (validated to 0.3%)' charges 128 + N cycles per matmul "
+    "pass and 'LDWEIGHTS ... 128 rows' each; so LoadStationary takes ~K cycles (K = contraction rows) "
+    "and adds to MultiplyMoving", band=LIKELY,
+    disagreement=f"{ARCH1[5:]} says LoadStationary is up to 4x faster than MultiplyMoving and hidden "
+                 "behind the previous one")
+MATMUL_FP32_PASSES = _const(
+    "MATMUL_FP32_PASSES", 2, "passes (LoadStationary + MultiplyMoving each)",
+    f"{DELTANET_LOG}: 'Every fp32 nc_matmul lowers to 2 LDWEIGHTS + 2 MATMUL' (fp32_mode LOW_HIGH); "
+    "nc_transpose is single-pass, fp32 too (the transpose mode is '2x faster for fp32', "
+    f"{ARCH2[5:]}, 'Built-in Transpose Support')",
+    disagreement=f"{ARCH1[5:]}, 'Tensor Engine' Cost Model: fp32 inputs cost roughly 4x bf16; 20 vs 79 "
+                 "TFLOPS on NeuronCore-v3 (neuron-core-v3.rst) also reads as 4x")
+TENSOR_FLOOR_US = _const(
+    "TENSOR_FLOOR_US", 0.14, "us / TensorE instruction (minimum)",
+    f"{DELTANET_LOG}: 'the measured per-instruction floor (~140 ns)' of TensorE instructions (fp32 "
+    "decode matmuls, B = 2 columns)", band=LIKELY,
+    disagreement="the documentation gives only MM_INIT_LATENCY, 64 cycles = 27 ns at 2.4 GHz")
 
 # -- VectorE -----------------------------------------------------------------------------------
 VECTOR_FIXED_CYCLES = _const(
@@ -77,7 +116,9 @@ VECTOR_ELEMS_PER_CYCLE = _const(
     "VECTOR_ELEMS_PER_CYCLE", 1, "elements / cycle / partition / input",
     f"{ARCH1}, 'Vector Engine' Cost Model: one input ~N cycles, two inputs ~2N cycles. (The trn2 "
     "datapath row '256 input/output for other data types' would allow 2 for fp32; the perf-mode "
-    "text says only bf16/fp16 speed up over v2, so fp32 stays at 1)")
+    "text says only bf16/fp16 speed up over v2, so fp32 stays at 1)",
+    disagreement=f"agrees: [128, 512] and [1, 512] VectorE ops measured ~685 ns ({DELTANET}); "
+                 "the model gives (100 + 512) / 0.96 GHz = 638 ns for a one-input fp32 op")
 VECTOR_PERF_MODE_FAST = _const(
     "VECTOR_PERF_MODE_FAST", 4, "x",
     f"{ARCH2}, 'Vector Engine Performance Mode': tensor_copy/tensor_scalar, bf16/fp16 in and out, "
@@ -102,6 +143,19 @@ SCALAR_READ_ACCUMULATOR_CYCLES = _const(
     "SCALAR_READ_ACCUMULATOR_CYCLES", 64, "ScalarE cycles",
     f"{ARCH1}, 'Scalar Engine': reading the reduce registers into reduce_res is an extra "
     "ActReadAccumulator instruction of roughly 64 cycles (NeuronCore-v2)")
+ACT_TABLE_SWITCH_US = _const(
+    "ACT_TABLE_SWITCH_US", 1.283, "us / ScalarE function-table load",
+    f"{DELTANET_LOG}: 'Activation table map: t0={{COPY,SQUARE,RECIPROCAL_SQRT}}, t1=SIGMOID, t2=SILU, "
+    "t3=EXP, t4=SOFTPLUS. A swap costs 1283 ns', 'exactly 1283 ns whether throttled or not'. Charged "
+    "when a ScalarE instruction needs another table than the one loaded (see ACT_TABLES)", band=LIKELY,
+    disagreement="the documentation gives no table-switch cost (reference/nki-api.md section 4.9)")
+
+# The function tables of ScalarE, from the measured map in ACT_TABLE_SWITCH_US's source. ScalarE
+# tensor_copy and tensor_scalar (multiply/add) run the identity function, counted with copy
+# (estimate). A function outside the map (tanh, gelu, log, ...) is taken to need a table of its own,
+# so a change to or from it always pays a switch (estimate: the conservative choice).
+ACT_TABLES = {"copy": "copy/square/rsqrt", "square": "copy/square/rsqrt", "rsqrt": "copy/square/rsqrt",
+              "sigmoid": "sigmoid", "silu": "silu", "exp": "exp", "softplus": "softplus"}
 
 # -- GpSimd ------------------------------------------------------------------------------------
 GPSIMD_FIXED_CYCLES = _const(
@@ -116,10 +170,20 @@ GPSIMD_RSQRT_CYCLES = _const(
     "GPSIMD_RSQRT_CYCLES", 4, "GpSimd cycles / element / partition",
     f"{SHARED}, 'NKI Engine Selection': GpSimd rsqrt throughput is 4x lower than ScalarE's")
 
+# -- synchronisation -----------------------------------------------------------------------------
+SEMAPHORE_US = _const(
+    "SEMAPHORE_US", 0.2, "us / cross-engine wait",
+    f"{DELTANET_LOG}: a consumer's EVENT_SEMAPHORE blocks 243 / 197 ns after its producer's transfer. "
+    "Charged when a compute instruction waits for a producer on another engine or DMA queue (a DMA's "
+    "wait is inside DMA_FIXED_US)", band=LIKELY,
+    disagreement="the documentation gives no compute-to-compute semaphore latency; its one figure is "
+                 "DMA_FIXED_US")
+
 # -- DMA ---------------------------------------------------------------------------------------
 DMA_ENGINES = _const("DMA_ENGINES", 16, "DMA engines / NeuronCore", f"{DMA_BW}, table; {DMA_OVERVIEW}")
-DMA_ENGINE_BYTES_PER_NS = _const("DMA_ENGINE_BYTES_PER_NS", 23, "B/ns per DMA engine",
-                                 f"{DMA_BW}, table (TRN2 23 B/ns x 16 = 368 GB/s)")
+DMA_ENGINE_BYTES_PER_NS = _const(
+    "DMA_ENGINE_BYTES_PER_NS", 23, "B/ns per DMA engine", f"{DMA_BW}, table (TRN2 23 B/ns x 16 = 368 GB/s)",
+    band=BEST, disagreement=f"{DMA_OVERVIEW[5:]} gives 27.2 GB/s per engine; see DMA_ACHIEVED_GBPS")
 DMA_PARTITIONS_PER_ENGINE = _const(
     "DMA_PARTITIONS_PER_ENGINE", 8, "SBUF partitions / DMA engine",
     f"{DMA_OVERVIEW}, 'Performance Considerations': each engine moves eight partitions, so a "
@@ -128,48 +192,116 @@ DMA_FIXED_US = _const(
     "DMA_FIXED_US", 1.3, "us / transfer",
     f"{DMA_BW}, 'Why Large Contiguous DMA Payloads Are Required': descriptor setup, synchronization "
     "and semaphore-to-start latency ~1300 ns per transfer. Modeled as latency: it delays the "
-    "transfer but uses no bandwidth, so transfers queued back to back overlap it")
+    "transfer but uses no bandwidth, so transfers queued back to back overlap it",
+    disagreement=f"a 4 KiB cross-core sendrecv transfer measured 354 ns ({DELTANET})")
 DMA_DESCRIPTOR_BYTES = _const(
-    "DMA_DESCRIPTOR_BYTES", 2450, "B of engine time / descriptor (minimum)",
+    "DMA_DESCRIPTOR_BYTES", 2450, "B of engine time / descriptor (minimum), runs < 512 B",
     "estimate: read off the figure in doc: nki/get-started/about/nki-dma-overview.rst "
     "(nki/img/overviews/nki-dma-intro-1.jpg, throughput vs bytes per partition at 128 partitions): "
     "throughput grows in proportion to bytes per partition up to ~2.4 KiB (512 B: 21%, 1 KiB: 42%, "
     "2 KiB: 81%, 4 KiB: 97% of the 32 KiB value), i.e. each contiguous chunk costs at least "
-    "~2450 B / 23 B/ns = 107 ns of engine time; " + DMA_BW + " gives the same thresholds in words")
+    "~2450 B / 23 B/ns = 107 ns of engine time; " + DMA_BW + " gives the same thresholds in words. "
+    "Used for runs shorter than DMA_LONG_RUN_BYTES, where no trn2 measurement contradicts it",
+    disagreement="trn2 streams of 512-1024 B runs measured 240 GB/s, 90% of the 4 KiB-run rate, where the "
+                 f"figure gives 21-42% of peak ({DELTANET}); hence DMA_LONG_RUN_BYTES")
+DMA_LONG_RUN_BYTES = _const(
+    "DMA_LONG_RUN_BYTES", 512, "B per contiguous run",
+    f"{DELTANET_LOG}: the shortest runs measured (512-1024 B) already move at 240 GB/s. From this run "
+    "length on, a descriptor costs its bytes plus DMA_DESCRIPTOR_OVERHEAD_BYTES (LIKELY; nothing more in "
+    "BEST) instead of DMA_DESCRIPTOR_BYTES. The step at 512 B is a model artifact: runs between 256 B "
+    "and 512 B are unmeasured")
+DMA_DESCRIPTOR_OVERHEAD_BYTES = _const(
+    "DMA_DESCRIPTOR_OVERHEAD_BYTES", 76, "B of engine time / descriptor, runs >= 512 B",
+    f"estimate: fit to {DELTANET_REF}: one 6.36 MB weight stream took 26.3 us as 10,240 descriptors "
+    "(512-1024 B runs) and 23.9 us as 1,664 (4 KiB runs); span = bytes / R + descriptors x c gives "
+    "c = 0.28 ns per descriptor and R = 271 GB/s, i.e. c x R = 76 B of engine time per descriptor",
+    band=LIKELY)
+DMA_ACHIEVED_GBPS = _const(
+    "DMA_ACHIEVED_GBPS", 271, "GB/s per NeuronCore (all 16 engines)",
+    "estimate: the descriptor-free rate R of the fit in DMA_DESCRIPTOR_OVERHEAD_BYTES; the measured "
+    f"streams ran at 240 GB/s (512-1024 B runs) and 267 GB/s (4 KiB runs) ({DELTANET})",
+    band=LIKELY, disagreement=f"368 GB/s peak (HBM_ROOFLINE_GBPS); whole kernels reached 181-211 GB/s "
+                              f"({DELTANET})")
 DMA_QUEUES = _const(
     "DMA_QUEUES", 4, "queues",
     "estimate: the compiler spreads dma_copy calls over a few queues (tied to the trigger engine: "
     f"SyncE, ScalarE, GpSimd; {DMA_OVERVIEW}, 'DMA Queues'); we use 4 in-order queues, round-robin")
+DMA_TRANSPOSE_HBM_EFFICIENCY = _const(
+    "DMA_TRANSPOSE_HBM_EFFICIENCY", 0.9, "x DMA throughput (HBM to SBUF)",
+    f"{ARCH2}, 'DMA Transpose': 'up to 90% DMA throughput utilization'; all 16 engines cooperate")
+DMA_TRANSPOSE_SBUF_EFFICIENCY = _const(
+    "DMA_TRANSPOSE_SBUF_EFFICIENCY", 0.5, "x DMA throughput (SBUF to SBUF)",
+    f"{ARCH2}, 'SBUF2SBUF DMA transpose': 'up to 50% of DMA throughput'")
+DGE_ISSUE_US = _const(
+    "DGE_ISSUE_US", 0.6, "us / DMA instruction",
+    f"{ARCH2}, 'Descriptor Generation Engine (DGE)': 'Each DGE-based DMA instruction takes about 600 ns'. "
+    "Added to a DMA's latency: dge_mode=hwdge in both estimates, dge_mode=unknown (the compiler "
+    "chooses; trn2 recommends hardware DGE) in LIKELY only; dge_mode=none (descriptors written ahead "
+    "by the runtime) pays nothing. The two DGE instances are not modeled as a shared resource")
+SWDGE_GPSIMD_US = _const(
+    "SWDGE_GPSIMD_US", 0.66, "us of GpSimd / DMA instruction",
+    f"{DELTANET_LOG}: software-DGE descriptor generation (DMA_DIRECT2D on GpSimd) took 1.32 us for two "
+    "weight DMAs. Charged as GpSimd time before each dge_mode=swdge DMA, in both estimates",
+    disagreement=f"21.75 us for 20 DMAs of 10,240 short runs (1.09 us per DMA) in another capture ({DELTANET}): "
+                 "the cost grows with the descriptors, which the model ignores")
 HBM_ROOFLINE_GBPS = _const(
     "HBM_ROOFLINE_GBPS", DMA_ENGINES * DMA_ENGINE_BYTES_PER_NS, "GB/s per NeuronCore",
     f"{DMA_BW}: 16 engines x 23 B/ns = 368 GB/s, all a core's DMA engines can move; the chip's "
     "2.9 TB/s HBM (doc: about-neuron/arch/neuron-hardware/trainium2.rst) over 8 cores is 362 GB/s, "
-    "within 2%. The DMA model shares exactly this bandwidth, so no modeled time is below the roofline")
+    "within 2%. With LNC=2 each of the two cores has its own 16 engines; their shared HBM stack "
+    "(doc: about-neuron/arch/neuron-features/logical-neuroncore-config.rst, 'each bank is shared by two "
+    "physical NeuronCore-v3') moves 2.9 TB/s / 4 = 725 GB/s ('3TB/s' in the architecture guide: 750), "
+    "within 1.5% of 2 x 368, so the roofline of n cores is bytes / (n x 368 GB/s). The DMA model "
+    "shares at most this per core, so no modeled time is below the roofline",
+    disagreement=f"weight streams reached 240-267 GB/s ({DELTANET}; DMA_ACHIEVED_GBPS)")
 
-BYTES_PER_US = HBM_ROOFLINE_GBPS * 1e3          # GB/s -> bytes per microsecond
-ENGINE_BYTES_PER_US = DMA_ENGINE_BYTES_PER_NS * 1e3
+# -- the standalone launch (reported apart from the kernel's time) -------------------------------
+LAUNCH_PREAMBLE_US = _const(
+    "LAUNCH_PREAMBLE_US", 13, "us / standalone kernel launch",
+    f"{DELTANET_LOG}: 'NEFF/runtime preamble' [0, 12.6 us] of a capture, and a 13.1 us "
+    "'instruction-stream head' in another, 'constant across every arm, not reachable from kernel "
+    "source'", band="launch",
+    disagreement="the documentation gives none; neuron-explorer's total_time includes it")
+LAUNCH_EPILOGUE_US = _const(
+    "LAUNCH_EPILOGUE_US", 3, "us / standalone kernel launch",
+    f"{DELTANET_LOG}: 'epilogue / cross-core barrier' [78.3, 81.7 us] = 3.39 us at the end of a capture",
+    band="launch", disagreement="the documentation gives none")
+
+BYTES_PER_US = HBM_ROOFLINE_GBPS * 1e3          # GB/s -> bytes per microsecond, the roofline rate
+LAUNCH_US = LAUNCH_PREAMBLE_US + LAUNCH_EPILOGUE_US
 
 _GHZ = {"tensor": TENSOR_GHZ, "vector": VECTOR_GHZ, "scalar": SCALAR_GHZ, "gpsimd": GPSIMD_GHZ}
 _HALF_PRECISION = {"bfloat16", "float16"}
 
 
+def _check_band(band):
+    if band not in BANDS:
+        raise ValueError(f"nkicpu.costs: band must be one of {BANDS}, got {band!r}")
+
+
+def dma_bytes_per_us(band):
+    """All of one core's DMA engines together, in bytes per microsecond."""
+    _check_band(band)
+    return BYTES_PER_US if band == BEST else DMA_ACHIEVED_GBPS * 1e3
+
+
 # -- compute engines ---------------------------------------------------------------------------
 
-def _tensor_cycles(ins):
-    """LoadStationary runs in the background of the previous MultiplyMoving, so a matmul costs the
-    larger of the two (the architecture guide's 'bounded by either LS or MM')."""
+def _tensor_cycles(ins, band):
+    """One pass is a LoadStationary (the stationary's K rows) and a MultiplyMoving (N columns)."""
     if ins.opcode == "nc_transpose":  # a matmul of data (stationary) against an identity (moving)
         data = ins.reads[0]
-        stationary_free, moving_free = data.free_elements, data.partitions
-        factor = TRANSPOSE_FP32_FACTOR if data.dtype == "float32" else 1
+        rows, stationary_free, moving_free = data.partitions, data.free_elements, data.partitions
+        passes = 1                    # transpose mode: one pass, fp32 too (MATMUL_FP32_PASSES)
     else:
         stationary, moving = ins.reads[0], ins.reads[1]
-        stationary_free = stationary.free_elements
-        moving_free = moving.free_elements
-        factor = MATMUL_FP32_FACTOR if moving.dtype == "float32" else 1
+        rows, stationary_free, moving_free = stationary.partitions, stationary.free_elements, moving.free_elements
+        passes = MATMUL_FP32_PASSES if moving.dtype == "float32" else 1
     multiply_moving = max(moving_free / MM_COLUMNS_PER_CYCLE, MM_INIT_CYCLES)
-    load_stationary = stationary_free / (MM_COLUMNS_PER_CYCLE * LOAD_STATIONARY_SPEEDUP)
-    return factor * max(multiply_moving, load_stationary)
+    if band == BEST:  # LoadStationary in the background of the previous MultiplyMoving
+        load_stationary = stationary_free / (MM_COLUMNS_PER_CYCLE * LOAD_STATIONARY_SPEEDUP)
+        return passes * max(multiply_moving, load_stationary)
+    return passes * (rows * LOAD_STATIONARY_CYCLES_PER_ROW + multiply_moving)
 
 
 def _perf_mode(ins):
@@ -190,7 +322,7 @@ def _perf_mode(ins):
     return 1
 
 
-def _vector_cycles(ins):
+def _vector_cycles(ins, band):
     n = ins.free_elements
     if ins.opcode == "reciprocal":
         per_element = VECTOR_RECIPROCAL_CYCLES
@@ -200,12 +332,12 @@ def _vector_cycles(ins):
     return VECTOR_FIXED_CYCLES + per_element * n
 
 
-def _scalar_cycles(ins):
+def _scalar_cycles(ins, band):
     extra = SCALAR_READ_ACCUMULATOR_CYCLES if ins.args.get("reads_out_regs") else 0
     return SCALAR_FIXED_CYCLES + ins.free_elements / SCALAR_ELEMS_PER_CYCLE + extra
 
 
-def _gpsimd_cycles(ins):
+def _gpsimd_cycles(ins, band):
     n = ins.free_elements
     if ins.opcode == "tensor_scalar":  # on GpSimd only for rsqrt
         per_element = GPSIMD_RSQRT_CYCLES
@@ -217,9 +349,21 @@ def _gpsimd_cycles(ins):
 _CYCLES = {"tensor": _tensor_cycles, "vector": _vector_cycles, "scalar": _scalar_cycles, "gpsimd": _gpsimd_cycles}
 
 
-def engine_us(ins: Instruction):
+def engine_us(ins: Instruction, band=LIKELY):
     """How long a compute-engine instruction keeps its engine busy, in microseconds."""
-    return _CYCLES[ins.engine](ins) / (_GHZ[ins.engine] * 1e3)
+    _check_band(band)
+    us = _CYCLES[ins.engine](ins, band) / (_GHZ[ins.engine] * 1e3)
+    if ins.engine == "tensor" and band == LIKELY:
+        return max(us, TENSOR_FLOOR_US)
+    return us
+
+
+def act_table(ins: Instruction):
+    """The ScalarE function table an instruction needs (see ACT_TABLES), or None off ScalarE."""
+    if ins.engine != "scalar":
+        return None
+    function = ins.args["op"] if ins.opcode == "activation" else "copy"
+    return ACT_TABLES.get(function, function)
 
 
 # -- DMA ---------------------------------------------------------------------------------------
@@ -230,9 +374,11 @@ class Transfer:
 
     bytes: what it moves (the larger side, if it converts dtypes).
     work_bytes: engine time in bytes at full speed: at least the bytes moved (twice for HBM to
-        HBM, which crosses the HBM interface twice) and at least DMA_DESCRIPTOR_BYTES per chunk.
-    max_bytes_per_us: the most this transfer can get: 23 B/ns on each engine it spreads over.
-    latency_us: fixed latency before data moves.
+        HBM, which crosses the HBM interface twice) and at least what its descriptors cost
+        (DMA_DESCRIPTOR_BYTES each below DMA_LONG_RUN_BYTES); a DMA transpose divides it by its
+        documented efficiency.
+    max_bytes_per_us: the most this transfer can get: its share of the engines it spreads over.
+    latency_us: fixed latency before data moves (DMA_FIXED_US, plus DGE_ISSUE_US if it pays it).
     descriptors: contiguous chunks; engines: DMA engines it spreads over.
     """
     bytes: int
@@ -279,17 +425,44 @@ def _descriptors(src: Access, dst: Access):
     return n // rs + n // rd - n // math.lcm(rs, rd)
 
 
-def transfer(ins: Instruction) -> Transfer:
-    """What a dma_copy costs (see `Transfer`)."""
+def _descriptor_work(descriptors, moved, band):
+    """Engine work of `descriptors` chunks moving `moved` bytes, taken as equal chunks."""
+    run = moved / descriptors
+    if run < DMA_LONG_RUN_BYTES:
+        return descriptors * max(run, DMA_DESCRIPTOR_BYTES)
+    return moved + (descriptors * DMA_DESCRIPTOR_OVERHEAD_BYTES if band == LIKELY else 0)
+
+
+def dge_latency_us(ins: Instruction, band=LIKELY):
+    """The descriptor-generation latency a DMA pays before its transfer (see DGE_ISSUE_US)."""
+    mode = ins.args.get("dge_mode", "unknown")
+    return DGE_ISSUE_US if mode == "hwdge" or (mode == "unknown" and band == LIKELY) else 0.0
+
+
+def transfer(ins: Instruction, band=LIKELY) -> Transfer:
+    """What a dma_copy or dma_transpose costs (see `Transfer`)."""
+    _check_band(band)
+    if ins.opcode not in ("dma_copy", "dma_transpose"):
+        raise not_modeled(f"the cost of DMA instruction {ins.opcode}")
     src, dst = ins.reads[0], ins.writes[0]
     moved = max(src.nbytes, dst.nbytes)
     read, written = hbm_bytes(ins)
-    descriptors = _descriptors(src, dst)
-    work = max(moved, read + written, descriptors * DMA_DESCRIPTOR_BYTES)
-    partitions = max([a.partitions for a in (src, dst) if a.on_chip], default=None)
-    if partitions is None:  # HBM to HBM: estimate that the compiler spreads it over all engines
+    engine_rate = dma_bytes_per_us(band) / DMA_ENGINES
+    if ins.opcode == "dma_transpose":
+        # All 16 engines cooperate (trainium2_arch.rst, 'DMA Transpose'); the transposed side's
+        # element-wise pattern is the hardware's business, so only the source's runs count.
+        descriptors = src.elements // _contiguous_run(src)
+        efficiency = DMA_TRANSPOSE_HBM_EFFICIENCY if is_hbm(src) else DMA_TRANSPOSE_SBUF_EFFICIENCY
+        work = max(moved, read + written, _descriptor_work(descriptors, moved, band)) / efficiency
         engines = DMA_ENGINES
     else:
-        engines = min(DMA_ENGINES, math.ceil(partitions / DMA_PARTITIONS_PER_ENGINE))
-    return Transfer(bytes=moved, work_bytes=work, max_bytes_per_us=engines * ENGINE_BYTES_PER_US,
-                    latency_us=DMA_FIXED_US, descriptors=descriptors, engines=engines)
+        descriptors = _descriptors(src, dst)
+        work = max(moved, read + written, _descriptor_work(descriptors, moved, band))
+        partitions = max([a.partitions for a in (src, dst) if a.on_chip], default=None)
+        if partitions is None:  # HBM to HBM: estimate that the compiler spreads it over all engines
+            engines = DMA_ENGINES
+        else:
+            engines = min(DMA_ENGINES, math.ceil(partitions / DMA_PARTITIONS_PER_ENGINE))
+    return Transfer(bytes=moved, work_bytes=work, max_bytes_per_us=engines * engine_rate,
+                    latency_us=DMA_FIXED_US + dge_latency_us(ins, band), descriptors=descriptors,
+                    engines=engines)

@@ -2,28 +2,42 @@
 
 `profile(kernel)(*arrays)` runs the kernel on the CPU model, schedules its instruction record
 with the trn2 cost model (`nkicpu.schedule`, `nkicpu.costs`) and returns a `Profile` labelled
-"modeled (trn2 cost model)". `Profile.from_events` wraps an event list from anywhere else, such as
-a real Neuron Explorer capture reduced by `nkicpu.explorer`, so that the same summary, plots and
-traces show real data under its own label. A modeled number is never called measured.
+"modeled (trn2 cost model)". A modeled profile is a band: `best_us` (documented peak figures)
+and `total_us`, the likely time (calibrated against public trn2 measurements), whose timeline the
+events hold. Both are at least the HBM roofline. The standalone launch preamble and epilogue are
+`launch_us`, apart from the kernel's time, so that a comparison of fused and staged kernels counts
+launches explicitly. `Profile.from_events` wraps an event list from anywhere else, such as a real
+Neuron Explorer capture reduced by `nkicpu.explorer`, so that the same summary, plots and traces
+show real data under its own label. A modeled number is never called measured.
 """
+import dataclasses
 import re
 from dataclasses import dataclass, field
 
 from . import costs
-from .schedule import ENGINE_LANES, schedule
+from .schedule import ENGINE_LANES, core_count, dependencies, lane_name, schedule
 
 MODELED = "modeled (trn2 cost model)"
 
 _LANE_ORDER = ["TensorE", "TensorE load", "VectorE", "ScalarE", "GpSimd", "SyncE"]
 
 
+def split_core(lane):
+    """("c1", "VectorE") for "c1 VectorE"; ("", lane) for a lane without a core."""
+    head, _, rest = lane.partition(" ")
+    return (head, rest) if re.fullmatch(r"c\d+", head) and rest else ("", lane)
+
+
 def ordered_lanes(names):
-    """Engines first in a fixed order, then DMA queues (q2 before q10), then anything else."""
+    """Per core, engines first in a fixed order, then DMA queues (q2 before q10), then anything else."""
+    def natural(text):
+        return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text)]
+
     def key(name):
-        if name in _LANE_ORDER:
-            return (0, _LANE_ORDER.index(name), [])
-        natural = [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
-        return (1 if name.startswith("DMA") else 2, 0, natural)
+        core, lane = split_core(name)
+        if lane in _LANE_ORDER:
+            return (natural(core), 0, _LANE_ORDER.index(lane), [])
+        return (natural(core), 1 if lane.startswith("DMA") else 2, 0, natural(lane))
     return sorted(set(names), key=key)
 
 
@@ -46,38 +60,59 @@ def _busy_us(events):
 @dataclass
 class Profile:
     outputs: object
-    total_us: float
+    total_us: float             # modeled: the LIKELY estimate (the events' timeline); measured: the capture's
     busy: dict                  # lane -> fraction of total_us the lane is busy, lanes in display order
     hbm_read_bytes: int         # None when the source does not say
     hbm_write_bytes: int
-    roofline_us: float          # HBM bytes / HBM bandwidth; None when the bytes are unknown
+    roofline_us: float          # HBM bytes / (cores x HBM_ROOFLINE_GBPS); None when the bytes are unknown
     events: list = field(repr=False)  # dicts: lane, name, start_us, dur_us, args
     instructions: int = 0
     label: str = MODELED
+    best_us: float = None       # modeled: the BEST estimate, best_us <= total_us; None for a capture
+    launch_us: float = None     # modeled: standalone launch preamble + epilogue, not in total_us
+    cores: int = 1              # physical NeuronCores (2 for an LNC=2 launch grid)
 
     @classmethod
-    def from_events(cls, events, label, outputs=None, hbm_read_bytes=None, hbm_write_bytes=None, lanes=()):
+    def from_events(cls, events, label, outputs=None, hbm_read_bytes=None, hbm_write_bytes=None, lanes=(),
+                    cores=1):
         """A profile of any event list (times in microseconds from 0). `lanes` adds idle lanes to show."""
         total = max((e["start_us"] + e["dur_us"] for e in events), default=0.0)
         covered = _busy_us(events)
         busy = {lane: (covered.get(lane, 0.0) / total if total > 0 else 0.0)
                 for lane in ordered_lanes(list(covered) + list(lanes))}
         known = hbm_read_bytes is not None and hbm_write_bytes is not None
-        roofline = (hbm_read_bytes + hbm_write_bytes) / costs.BYTES_PER_US if known else None
+        roofline = (hbm_read_bytes + hbm_write_bytes) / (cores * costs.BYTES_PER_US) if known else None
         return cls(outputs=outputs, total_us=total, busy=busy, hbm_read_bytes=hbm_read_bytes,
                    hbm_write_bytes=hbm_write_bytes, roofline_us=roofline, events=list(events),
-                   instructions=len(events), label=label)
+                   instructions=len(events), label=label, cores=cores)
+
+    def band(self):
+        """"best 1.23 – likely 4.56 µs" for a modeled profile, "total 4.56 µs" for a capture."""
+        if self.best_us is None:
+            return f"total {self.total_us:.2f} µs"
+        return f"best {self.best_us:.2f} – likely {self.total_us:.2f} µs"
 
     def summary(self):
-        lines = [f"{self.label}: {self.instructions} instructions",
-                 f"  total          {self.total_us:10.3f} us"]
+        cores = f" on {self.cores} cores" if self.cores > 1 else ""
+        lines = [f"{self.label}: {self.instructions} instructions{cores}"]
+        if self.best_us is None:
+            lines.append(f"  total          {self.total_us:10.3f} us")
+        else:
+            lines += [f"  total          {self.total_us:10.3f} us   likely; the band is best {self.best_us:.3f} "
+                      f"- likely {self.total_us:.3f} us",
+                      f"  launch         {self.launch_us:10.3f} us   standalone preamble + epilogue, not in the total"]
         if self.roofline_us is None:
             lines.append("  HBM roofline          n/a (HBM bytes unknown)")
         else:
-            ratio = (f"{self.total_us / self.roofline_us:.2f}x the roofline" if self.roofline_us > 0
-                     else "no HBM traffic")
-            lines += [f"  HBM roofline   {self.roofline_us:10.3f} us   (total = {ratio}, "
-                      f"{costs.HBM_ROOFLINE_GBPS:g} GB/s)",
+            if self.roofline_us <= 0:
+                ratio = "no HBM traffic"
+            elif self.best_us is None:
+                ratio = f"total = {self.total_us / self.roofline_us:.2f}x the roofline"
+            else:
+                ratio = (f"likely = {self.total_us / self.roofline_us:.2f}x, best = "
+                         f"{self.best_us / self.roofline_us:.2f}x the roofline")
+            lines += [f"  HBM roofline   {self.roofline_us:10.3f} us   ({ratio}; {costs.HBM_ROOFLINE_GBPS:g} GB/s"
+                      + (f" x {self.cores} cores)" if self.cores > 1 else ")"),
                       f"  HBM bytes      read {self.hbm_read_bytes:,}, written {self.hbm_write_bytes:,}"]
         lines.append("  busy")
         lines += [f"    {lane:<14}{frac:6.1%}" for lane, frac in self.busy.items()]
@@ -87,6 +122,13 @@ class Profile:
 def _name(ins):
     op = ins.args.get("op")
     return ins.args.get("name") or (f"{ins.opcode} {op}" if op else ins.opcode)
+
+
+def _work_event(slot):
+    """Work the record does not show (a ScalarE table load, GpSimd descriptor generation)."""
+    return {"lane": slot.lane, "name": slot.work, "start_us": slot.start_us, "dur_us": slot.end_us - slot.start_us,
+            "args": {"opcode": slot.work.split()[0], "for_index": slot.index, "ready_us": slot.ready_us,
+                     "deps": []}}
 
 
 def _event(ins, slot):
@@ -103,15 +145,29 @@ def _event(ins, slot):
             "dur_us": slot.end_us - slot.start_us, "args": args}
 
 
+def profile_instructions(instructions, shapes=None, outputs=None):
+    """The modeled `Profile` of an instruction record: the LIKELY timeline in the events, the BEST end in best_us.
+
+    The events list the instructions in program order (event k is instruction k), then the work
+    the record does not show."""
+    deps = dependencies(instructions, shapes)
+    likely = schedule(instructions, band=costs.LIKELY, deps=deps)
+    best = schedule(instructions, band=costs.BEST, deps=deps)
+    n = len(instructions)
+    events = [_event(ins, slot) for ins, slot in zip(instructions, likely)] + [_work_event(s) for s in likely[n:]]
+    traffic = [costs.hbm_bytes(ins) for ins in instructions if ins.engine == "dma"]
+    cores = core_count(instructions)
+    idle = [lane_name(core, lane, cores) for core in range(cores) for lane in ENGINE_LANES.values()]
+    prof = Profile.from_events(events, MODELED, outputs=outputs, hbm_read_bytes=sum(r for r, _ in traffic),
+                               hbm_write_bytes=sum(w for _, w in traffic), lanes=idle, cores=cores)
+    return dataclasses.replace(prof, instructions=n, best_us=max((s.end_us for s in best), default=0.0),
+                               launch_us=costs.LAUNCH_US)
+
+
 def profile_capture(capture):
     """Schedule a `nkicpu.Capture` with the trn2 cost model."""
     shapes = {alloc: shape for alloc, (_, _, _, shape) in capture.allocations.items()}
-    slots = schedule(capture.instructions, shapes)
-    events = [_event(ins, slot) for ins, slot in zip(capture.instructions, slots)]
-    traffic = [costs.hbm_bytes(ins) for ins in capture.instructions if ins.engine == "dma"]
-    return Profile.from_events(events, MODELED, outputs=capture.outputs,
-                               hbm_read_bytes=sum(r for r, _ in traffic), hbm_write_bytes=sum(w for _, w in traffic),
-                               lanes=ENGINE_LANES.values())
+    return profile_instructions(capture.instructions, shapes, capture.outputs)
 
 
 def profile(kernel):

@@ -1,6 +1,6 @@
 """When each recorded instruction runs on a trn2 NeuronCore: a small event-driven simulation.
 
-The model, in four rules:
+The model, in five rules:
 
 1. Queues. Each compute engine (TensorE, VectorE, ScalarE, GpSimd) runs its instructions one at a
    time, in program order. DMA transfers go to `DMA_QUEUES` queues, assigned round-robin in
@@ -11,19 +11,31 @@ The model, in four rules:
    overtake: it reads what the other wrote (read after write), writes what the other read (write
    after read) or writes what the other wrote (write after write). Two accesses conflict when they
    share a storage element of the same allocation. Explicit `depends_on` edges count too.
-3. Compute engines. An instruction starts when its engine is free and its producers have ended,
-   and keeps the engine busy for `costs.engine_us(ins)`.
+3. Compute engines. An instruction starts when its engine is free and its producers have ended
+   (in the LIKELY estimate, `SEMAPHORE_US` later for a producer on another engine or DMA queue),
+   and keeps the engine busy for `costs.engine_us(ins)`. Work the record does not show as
+   instructions runs in the queues too: a ScalarE function-table load (LIKELY) before an
+   activation that needs another table than the one loaded, which needs no data and so can run
+   while the activation still waits for its inputs; and GpSimd's descriptor generation before a
+   `dge_mode=swdge` DMA, which that DMA waits for.
 4. DMA. A transfer is triggered, in queue order, once its producers have ended; after a fixed
    latency its data starts to move, once the transfer ahead of it in the queue has finished. All
-   transfers moving data share the core's DMA bandwidth (368 GB/s): each gets an equal share, but
-   never more than the engines it spreads over can move (a transfer over few partitions uses few
-   engines), and what one cannot use goes to the others ("max-min fair" sharing). Rates change
-   only when a transfer starts or ends, so the simulation steps from event to event.
+   transfers moving data on one core share that core's DMA bandwidth (`costs.dma_bytes_per_us`):
+   each gets an equal share, but never more than the engines it spreads over can move (a transfer
+   over few partitions uses few engines), and what one cannot use goes to the others ("max-min
+   fair" sharing). Rates change only when a transfer starts or ends, so the simulation steps from
+   event to event.
+5. Cores. With an LNC launch grid every instruction carries its physical core. Each core has its
+   own engines, DMA queues and DMA bandwidth (its own 16 DMA engines), and lanes are named per
+   core ("c1 VectorE") when there is more than one.
+
+`schedule(..., band=...)` runs the rules with the constants of one estimate (`costs.BEST` or
+`costs.LIKELY`).
 """
 import functools
 import heapq
 import itertools
-from collections import deque
+from collections import defaultdict, deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,20 +47,35 @@ ENGINE_LANES = {"tensor": "TensorE", "vector": "VectorE", "scalar": "ScalarE", "
 
 @dataclass
 class Slot:
-    """When one instruction ran. For a DMA, start/end are when its data moved."""
+    """When one instruction ran. For a DMA, start/end are when its data moved.
+
+    A slot with `work` set is work the record does not show (a ScalarE table load, a GpSimd
+    descriptor generation); `index` is then the instruction it was done for."""
     index: int
     lane: str
-    ready_us: float      # when its last producer ended (0 if none)
+    ready_us: float      # when its last producer ended (0 if none), plus any semaphore latency
     start_us: float
     end_us: float
     deps: tuple          # indices of the instructions it waited for
     transfer: costs.Transfer = None  # a DMA's cost
+    work: str = None     # e.g. "ACT_TABLE_LOAD exp"
+
+
+def lane_name(core, lane, cores):
+    """A lane as shown: "VectorE" on a single core, "c1 VectorE" when there are several."""
+    return f"c{core} {lane}" if cores > 1 else lane
+
+
+def core_count(instructions):
+    return max((i.core for i in instructions), default=0) + 1
 
 
 def lanes(instructions):
-    """The queue (timeline lane) of every instruction: its engine, or a DMA queue round-robin."""
-    dma = itertools.count()
-    return [ENGINE_LANES[i.engine] if i.engine != "dma" else f"DMA q{next(dma) % costs.DMA_QUEUES}"
+    """The queue (timeline lane) of every instruction: its engine, or a DMA queue round-robin per core."""
+    cores = core_count(instructions)
+    dma = defaultdict(itertools.count)
+    return [lane_name(i.core, ENGINE_LANES[i.engine] if i.engine != "dma"
+                      else f"DMA q{next(dma[i.core]) % costs.DMA_QUEUES}", cores)
             for i in instructions]
 
 
@@ -234,9 +261,9 @@ def dependencies(instructions, shapes=None):
 
 # -- the simulation ------------------------------------------------------------------------------
 
-def _fair_rates(moving, caps):
-    """Share the core's DMA bandwidth among the transfers moving data: max-min fair with caps."""
-    rates, left = {}, costs.BYTES_PER_US
+def _fair_rates(moving, caps, total):
+    """Share one core's DMA bandwidth `total` among its transfers moving data: max-min fair with caps."""
+    rates, left = {}, total
     ordered = sorted(moving, key=lambda i: caps[i])
     for k, i in enumerate(ordered):
         rates[i] = min(caps[i], left / (len(ordered) - k))
@@ -245,28 +272,62 @@ def _fair_rates(moving, caps):
 
 
 class _Simulation:
-    def __init__(self, instructions, deps, lane_of):
+    """Nodes 0 .. n-1 are the instructions; nodes from n on are the work the record does not show."""
+
+    def __init__(self, instructions, deps, lane_of, band):
         self.ins = instructions
+        self.band = band
         self.deps = deps
-        self.lane_of = lane_of
-        self.waiting = [len(d) for d in deps]            # producers that have not ended yet
-        self.consumers = [[] for _ in instructions]
-        for i, ds in enumerate(deps):
-            for d in ds:
+        self.lane_of = list(lane_of)
+        self.work = {}                                   # extra node -> (name, instruction, us)
+        edges = [list(d) for d in deps]
+        order = self._program_order(edges)
+        self.waiting = [len(e) for e in edges]           # producers that have not ended yet
+        self.consumers = [[] for _ in edges]
+        for i, es in enumerate(edges):
+            for d in es:
                 self.consumers[d].append(i)
-        self.queues = {}                                 # lane -> instructions not yet started
-        for i, lane in enumerate(lane_of):
-            self.queues.setdefault(lane, deque()).append(i)
+        self.queues = {}                                 # lane -> nodes not yet started
+        for i in order:
+            self.queues.setdefault(self.lane_of[i], deque()).append(i)
+        self.dma_lanes = {self.lane_of[i] for i, x in enumerate(instructions) if x.engine == "dma"}
         self.busy = {lane: False for lane in self.queues}  # engine running / DMA queue moving data
         self.arrived = {lane: deque() for lane in self.queues}  # DMAs past their latency, in order
-        self.transfers = {i: costs.transfer(x) for i, x in enumerate(instructions) if x.engine == "dma"}
+        self.transfers = {i: costs.transfer(x, band) for i, x in enumerate(instructions) if x.engine == "dma"}
+        self.rate = costs.dma_bytes_per_us(band)
         self.remaining = {}                              # DMA moving data -> work bytes left
-        self.ready = [0.0] * len(instructions)
-        self.start = [None] * len(instructions)
-        self.end = [None] * len(instructions)
-        self.timers = []                                 # heap of (time, order, kind, index)
+        self.ready = [0.0] * len(edges)
+        self.start = [None] * len(edges)
+        self.end = [None] * len(edges)
+        self.timers = []                                 # heap of (time, order, kind, node)
         self.order = itertools.count()
         self.now = 0.0
+
+    def _program_order(self, edges):
+        """All nodes in program order, each instruction after the unseen work done for it."""
+        cores = core_count(self.ins)
+        loaded = {}                                      # ScalarE lane -> function table in it
+        order = []
+        for i, ins in enumerate(self.ins):
+            extra = []
+            table = costs.act_table(ins)
+            if table is not None:
+                lane = self.lane_of[i]
+                if self.band == costs.LIKELY and loaded.get(lane) != table:
+                    extra.append((lane, f"ACT_TABLE_LOAD {table}", costs.ACT_TABLE_SWITCH_US))
+                loaded[lane] = table
+            if ins.engine == "dma" and ins.args.get("dge_mode") == "swdge":
+                extra.append((lane_name(ins.core, "GpSimd", cores), "SWDGE descriptors", costs.SWDGE_GPSIMD_US))
+            for lane, name, us in extra:
+                node = len(edges)
+                edges.append([])
+                self.lane_of.append(lane)
+                self.work[node] = (name, i, us)
+                if ins.engine == "dma":
+                    edges[i].append(node)                # the DMA waits for its descriptors
+                order.append(node)
+            order.append(i)
+        return order
 
     def run(self):
         self._start_what_can()
@@ -277,15 +338,21 @@ class _Simulation:
         if stuck:
             raise RuntimeError(f"nkicpu.schedule: instructions {stuck[:5]} never became ready; a depends_on "
                                f"edge to a later instruction made a cycle")
-        return [Slot(i, self.lane_of[i], self.ready[i], self.start[i], self.end[i], self.deps[i],
-                     self.transfers.get(i)) for i in range(len(self.ins))]
+        slots = [Slot(i, self.lane_of[i], self.ready[i], self.start[i], self.end[i], self.deps[i],
+                      self.transfers.get(i)) for i in range(len(self.ins))]
+        slots += [Slot(i, self.lane_of[node], self.ready[node], self.start[node], self.end[node], (), work=name)
+                  for node, (name, i, _) in self.work.items()]
+        return slots
 
     def _timer(self, time, kind, i):
         heapq.heappush(self.timers, (time, next(self.order), kind, i))
 
+    def _duration(self, node):
+        return self.work[node][2] if node in self.work else costs.engine_us(self.ins[node], self.band)
+
     def _start_what_can(self):
         for lane, queue in self.queues.items():
-            if lane.startswith("DMA"):
+            if lane in self.dma_lanes:
                 while queue and self.waiting[queue[0]] == 0:   # trigger in order
                     i = queue.popleft()
                     self._timer(self.now + self.transfers[i].latency_us, "arrive", i)
@@ -294,16 +361,20 @@ class _Simulation:
                     self.busy[lane] = True
                     self.start[i] = self.now
                     self.remaining[i] = self.transfers[i].work_bytes
-            elif not self.busy[lane] and queue and self.waiting[queue[0]] == 0:
+            elif not self.busy[lane] and queue and self.waiting[queue[0]] == 0 and self.ready[queue[0]] <= self.now:
                 i = queue.popleft()
                 self.busy[lane] = True
                 self.start[i] = self.now
-                self._timer(self.now + costs.engine_us(self.ins[i]), "end", i)
+                self._timer(self.now + self._duration(i), "end", i)
 
     def _advance(self):
         """Move time to the next event: a timer, or the first moving transfer to finish."""
-        caps = {i: self.transfers[i].max_bytes_per_us for i in self.remaining}
-        rates = _fair_rates(self.remaining, caps)
+        by_core = defaultdict(list)
+        for i in self.remaining:
+            by_core[self.ins[i].core].append(i)
+        rates = {}
+        for moving in by_core.values():
+            rates.update(_fair_rates(moving, {i: self.transfers[i].max_bytes_per_us for i in moving}, self.rate))
         finish = {i: self.now + left / rates[i] for i, left in self.remaining.items()}
         t = min(list(finish.values()) + ([self.timers[0][0]] if self.timers else []))
         for i in list(self.remaining):
@@ -317,17 +388,32 @@ class _Simulation:
             _, _, kind, i = heapq.heappop(self.timers)
             if kind == "arrive":
                 self.arrived[self.lane_of[i]].append(i)
-            else:
+            elif kind == "end":
                 self._finish(i, t)
+            # "wake": a consumer's semaphore latency is over; nothing else to do
 
     def _finish(self, i, t):
         self.end[i] = t
         self.busy[self.lane_of[i]] = False
         for c in self.consumers[i]:
             self.waiting[c] -= 1
-            self.ready[c] = max(self.ready[c], t)
+            self.ready[c] = max(self.ready[c], t + self._semaphore_us(i, c))
+            if self.waiting[c] == 0 and self.ready[c] > t:
+                self._timer(self.ready[c], "wake", c)
+
+    def _semaphore_us(self, producer, consumer):
+        """LIKELY: a compute instruction waiting for another lane pays the hand-off (a DMA's is in its latency)."""
+        if self.band != costs.LIKELY or consumer >= len(self.ins) or self.ins[consumer].engine == "dma":
+            return 0.0
+        return costs.SEMAPHORE_US if self.lane_of[producer] != self.lane_of[consumer] else 0.0
 
 
-def schedule(instructions, shapes=None):
-    """Start and end time (microseconds) of every instruction, as a list of `Slot`s in program order."""
-    return _Simulation(instructions, dependencies(instructions, shapes), lanes(instructions)).run()
+def schedule(instructions, shapes=None, band=costs.LIKELY, deps=None):
+    """Start and end time (microseconds) of every instruction under one estimate (`costs.BEST` or
+    `costs.LIKELY`): a list of `Slot`s, the instructions' in program order, then the unseen work's.
+
+    deps: `dependencies(instructions, shapes)`, if already computed (it is the same for both estimates).
+    """
+    if deps is None:
+        deps = dependencies(instructions, shapes)
+    return _Simulation(instructions, deps, lanes(instructions), band).run()

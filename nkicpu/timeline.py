@@ -1,21 +1,31 @@
 """Draw a `Profile` as engine lanes (matplotlib) and write it as a Chrome trace for ui.perfetto.dev.
 
-Both views show one lane per engine and per DMA queue, and both carry the profile's label, so a
-reader always sees whether the picture is modeled or measured. A lane whose events overlap (which
-can happen in a real capture, never in the model) is split into extra rows ("DMA q0 (2)"),
-because Perfetto requires the slices on one track to nest and never partially overlap.
+Both views show one lane per engine and per DMA queue (per core, "c1 VectorE", for an LNC=2
+launch), and both carry the profile's label, so a reader always sees whether the picture is
+modeled or measured. A modeled profile is drawn on its likely timeline and shows its band (best
+and likely time). A lane whose events overlap (which can happen in a real capture, never in the
+model) is split into extra rows ("DMA q0 (2)"), because Perfetto requires the slices on one track
+to nest and never partially overlap.
 """
 import json
 
 from matplotlib.figure import Figure
+
+from .profile import split_core
 
 _COLORS = {"TensorE": "tab:red", "TensorE load": "lightcoral", "VectorE": "tab:green", "ScalarE": "tab:orange",
            "GpSimd": "tab:purple", "SyncE": "tab:gray"}
 _EPS_US = 1e-9
 
 
+def _kind(lane):
+    """The engine of a lane, without its core: "VectorE" for "c1 VectorE", "DMA" for "c1 DMA q0"."""
+    return split_core(lane)[1].split()[0]
+
+
 def _color(lane):
-    return _COLORS.get(lane, "tab:blue" if lane.startswith("DMA") else "tab:gray")
+    engine = split_core(lane)[1]
+    return _COLORS.get(engine, "tab:blue" if engine.startswith("DMA") else "tab:gray")
 
 
 def _tracks(profile):
@@ -66,8 +76,13 @@ def plot_timeline(profile, ax=None, title=None):
         ax.axvline(profile.roofline_us, color="0.3", linestyle="--", linewidth=0.9)
         ax.text(profile.roofline_us, -0.55, f" HBM roofline {profile.roofline_us:.2f} µs", fontsize=8,
                 color="0.3", va="bottom")
+    if profile.best_us is not None:  # the band: the timeline drawn is the likely one
+        ax.axvspan(profile.best_us, profile.total_us, color="tab:blue", alpha=0.08, linewidth=0)
+        ax.axvline(profile.best_us, color="tab:blue", linestyle=":", linewidth=0.9)
+        ax.text(profile.best_us, len(tracks) - 0.5, f" best {profile.best_us:.2f} µs", fontsize=8,
+                color="tab:blue", va="bottom")
     head = f"{title} — " if title else ""
-    ax.set_title(f"{head}{profile.label}, total {profile.total_us:.2f} µs", fontsize=10, pad=14)
+    ax.set_title(f"{head}{profile.label}, {profile.band()}", fontsize=10, pad=14)
     return fig
 
 
@@ -87,8 +102,9 @@ def _check_no_partial_overlaps(slices):
 def trace_events(profile, pid=1):
     """The profile as Chrome trace-event JSON (Object form): one "X" slice per event, ts/dur in µs,
     one thread (tid) per lane, named and sorted by metadata events; opens in ui.perfetto.dev."""
+    cores = "NeuronCore 0" if profile.cores == 1 else f"NeuronCores 0-{profile.cores - 1}"
     meta = [{"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
-             "args": {"name": f"NeuronCore 0 — {profile.label}"}}]
+             "args": {"name": f"{cores} — {profile.label}, {profile.band()}"}}]
     slices = []
     for tid, (name, lane, events) in enumerate(_tracks(profile), start=1):
         meta += [{"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}},
@@ -97,12 +113,14 @@ def trace_events(profile, pid=1):
             # Whole nanoseconds, rounded once per edge, so back-to-back slices stay back to back.
             start = round(e["start_us"] * 1000)
             end = max(start, round((e["start_us"] + e["dur_us"]) * 1000))
-            slices.append({"name": e["name"], "cat": lane.split()[0], "ph": "X", "pid": pid, "tid": tid,
+            slices.append({"name": e["name"], "cat": _kind(lane), "ph": "X", "pid": pid, "tid": tid,
                            "ts_ns": start, "dur_ns": end - start, "args": e.get("args", {})})
     _check_no_partial_overlaps(slices)
     for s in slices:
         s["ts"], s["dur"] = s.pop("ts_ns") / 1000, s.pop("dur_ns") / 1000
-    return {"traceEvents": meta + slices, "displayTimeUnit": "ns", "otherData": {"label": profile.label}}
+    other = {"label": profile.label, "total_us": profile.total_us, "best_us": profile.best_us,
+             "launch_us": profile.launch_us}
+    return {"traceEvents": meta + slices, "displayTimeUnit": "ns", "otherData": other}
 
 
 def write_trace(profile, path):

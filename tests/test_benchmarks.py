@@ -1,8 +1,8 @@
 """The benchmark sweep's machinery, through the CLI's own entry point, on a tiny subset.
 
 One small real shard (Qwen3.5-397B-A17B TP16) at B = 1, every registered variant: the JSON has
-one well-formed row per variant, every row is labelled modeled and is at or above its HBM
-roofline, and the plot is written.
+one well-formed row per variant, every row is labelled modeled and its band is in order (HBM
+roofline <= best <= likely), the launch overhead is apart, and the plot is written.
 """
 import json
 import math
@@ -12,6 +12,7 @@ import pytest
 import kernels
 from benchmarks import sweep
 from benchmarks.variants import VARIANTS, Variant
+from nkicpu import costs
 from nkicpu.profile import MODELED
 
 pytestmark = pytest.mark.skipif(kernels.NKI_BACKEND != "nkicpu",
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.skipif(kernels.NKI_BACKEND != "nkicpu",
 
 ROW_KEYS = {
     "variant", "kind", "kernel", "config", "model", "tp", "B", "H", "nk", "nv", "dk", "dv", "K",
-    "G", "conv_dim", "value_dim", "label", "status", "modeled_us", "roofline_us",
+    "G", "conv_dim", "value_dim", "label", "status", "modeled_us", "best_us", "launch_us", "roofline_us",
     "modeled_over_roofline", "hbm_read_bytes", "hbm_write_bytes", "busy_fraction", "busiest_lane",
     "instructions", "peak_sbuf_bytes", "peak_psum_banks", "cpu_model_wall_s", "cpu_model_run_s",
     "cpu_model_schedule_s", "error",
@@ -66,11 +67,18 @@ def test_one_row_per_variant_with_the_schema(quick_run):
         assert math.isclose(r["cpu_model_wall_s"], r["cpu_model_run_s"] + r["cpu_model_schedule_s"])
 
 
-def test_modeled_at_or_above_roofline_and_labelled_modeled(quick_run):
+def test_band_at_or_above_roofline_and_labelled_modeled(quick_run):
     for r in quick_run[2]["rows"]:
         assert r["label"] == MODELED, r["variant"]
-        assert r["modeled_us"] >= r["roofline_us"] > 0, r["variant"]
+        assert r["modeled_us"] >= r["best_us"] >= r["roofline_us"] > 0, r["variant"]
         assert math.isclose(r["modeled_over_roofline"], r["modeled_us"] / r["roofline_us"])
+        assert r["launch_us"] == costs.LAUNCH_PREAMBLE_US + costs.LAUNCH_EPILOGUE_US
+
+
+def test_metadata_lists_each_constant_with_its_band(quick_run):
+    constants = quick_run[2]["metadata"]["cost_model"]["constants"]
+    assert [c["name"] for c in constants] == [c.name for c in costs.TABLE]
+    assert {c["band"] for c in constants} == {"both", "best", "likely", "launch"}
 
 
 def test_a_failing_row_is_recorded_and_the_exit_code_says_so(tmp_path, monkeypatch):
@@ -82,7 +90,7 @@ def test_a_failing_row_is_recorded_and_the_exit_code_says_so(tmp_path, monkeypat
     assert code == 1 and data["metadata"]["rows_failed"] == 1
     ok, bad = data["rows"]
     assert ok["status"] == "ok" and set(bad) == ROW_KEYS
-    assert bad["status"] == "error" and bad["modeled_us"] is None
+    assert bad["status"] == "error" and bad["modeled_us"] is None and bad["best_us"] is None
     assert bad["error"]["type"] == "AttributeError" and "no_such_kernel" in bad["error"]["message"]
 
 

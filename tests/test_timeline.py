@@ -9,7 +9,8 @@ import kernels  # noqa: F401  registers nkicpu as `nki` where the Neuron SDK is 
 import nki
 import nki.isa as nisa
 import nki.language as nl
-from nkicpu.profile import MODELED, Profile, profile
+from nkicpu.profile import MODELED, Profile, profile, profile_instructions
+from nkicpu.record import Access, Instruction
 from nkicpu.timeline import plot_timeline, trace_events, write_trace
 
 
@@ -50,6 +51,40 @@ def test_plot_has_a_lane_per_engine_and_active_dma_queue_and_says_modeled(prof):
     assert lanes == ["TensorE", "VectorE", "ScalarE", "GpSimd", "DMA q0", "DMA q1", "DMA q2"]
     assert "scale rows" in ax.get_title() and MODELED in ax.get_title()
     assert ax.get_xlabel() == "time (µs)"
+
+
+def test_plot_and_trace_show_the_band(prof):
+    assert prof.best_us < prof.total_us
+    title = plot_timeline(prof).axes[0].get_title()
+    assert f"best {prof.best_us:.2f} – likely {prof.total_us:.2f} µs" in title
+    trace = trace_events(prof)
+    assert trace["otherData"]["best_us"] == prof.best_us and trace["otherData"]["total_us"] == prof.total_us
+    process = [e for e in trace["traceEvents"] if e["name"] == "process_name"][0]
+    assert prof.band() in process["args"]["name"]
+
+
+def test_a_measured_profile_has_no_band():
+    p = Profile.from_events([{"lane": "VectorE", "name": "v", "start_us": 0.0, "dur_us": 2.0, "args": {}}],
+                            "hand-made events (not a capture)")
+    assert p.best_us is None and p.band() == "total 2.00 µs"
+    assert plot_timeline(p).axes[0].get_title().endswith("total 2.00 µs")
+
+
+def test_two_cores_get_a_lane_set_each():
+    def tile(alloc):
+        return Access(alloc, "sbuf", "float32", 0, ((512, 128), (1, 512)), 4, 512)
+    hbm = Access(9, "shared_hbm", "float32", 0, ((512, 128), (1, 512)), 4)
+    ins = [Instruction(0, "dma", "dma_copy", [hbm], [tile(1)], core=0),
+           Instruction(1, "vector", "tensor_copy", [tile(1)], [tile(2)], core=0),
+           Instruction(2, "dma", "dma_copy", [hbm], [tile(11)], core=1),
+           Instruction(3, "vector", "tensor_copy", [tile(11)], [tile(12)], core=1)]
+    p = profile_instructions(ins)
+    labels = [t.get_text() for t in plot_timeline(p).axes[0].get_yticklabels()]
+    assert labels == [f"c{c} {lane}" for c in (0, 1) for lane in ("TensorE", "VectorE", "ScalarE", "GpSimd", "DMA q0")]
+    trace = trace_events(p)
+    names = _thread_names(trace)
+    assert {(names[s["tid"]], s["cat"]) for s in _slices(trace)} == {
+        ("c0 DMA q0", "DMA"), ("c0 VectorE", "VectorE"), ("c1 DMA q0", "DMA"), ("c1 VectorE", "VectorE")}
 
 
 def test_plot_draws_into_a_given_axes(prof):
