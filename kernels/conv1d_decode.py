@@ -91,6 +91,37 @@ def conv1d_decode_tile(dst_out, dst_state, x, w, state):
     nisa.activation(dst_out, op=nl.silu, data=acc)
 
 
+def conv1d_decode_channels(dst_out, new_conv_state, x, conv_weight, conv_state, c0):
+    """The conv step of a group of channel tiles whose window and weight are still in HBM.
+
+    Loads the window and the weight of channels c0 .. c0 + T*P - 1, runs `conv1d_decode_tile` and
+    stores the new window straight back to HBM. Called per channel chunk by the standalone kernel
+    and per head group (q | k tiles of dk channels, v tiles of dv) by the fused kernel.
+
+    Args:
+        dst_out (nl.ndarray): [P, T, B] @ SBUF, written: silu(conv) of channel c0 + t*P + p.
+        new_conv_state (nl.ndarray): [B, conv_dim, K] @ HBM, written at channels c0 .. c0 + T*P - 1.
+        x (nl.ndarray): [P, T, B] @ SBUF, bf16, the new token of those channels, channel-major.
+        conv_weight (nl.ndarray): [conv_dim, K] @ HBM, fp32.
+        conv_state (nl.ndarray): [B, conv_dim, K] @ HBM, bf16, read only.
+        c0 (int): the first channel.
+
+    Notes:
+        - The window moves as rows [B, T*P*K] and the weight as rows [T, P*K] through
+          kernels.layout (contiguous row DMAs, TensorE transposes), the new window back the same way.
+    """
+    P, T, B = x.shape
+    K = conv_weight.shape[1]
+    c1 = c0 + T * P
+    w = nl.ndarray((P, T, K), nl.float32, name="w")
+    load_channel_major(w.expand_dim(1), conv_weight[c0:c1, :].reshape((T, P, K)))   # rows [T, P*K]
+    state = nl.ndarray((P, T, B, K), conv_state.dtype, name="state")
+    load_channel_major(state, conv_state[:, c0:c1, :])                               # rows [B, T*P*K]
+    window = nl.ndarray((P, T, B, K), conv_state.dtype, name="window")
+    conv1d_decode_tile(dst_out, window, x, w, state)
+    store_rows(new_conv_state[:, c0:c1, :], window)
+
+
 def _channel_chunks(conv_dim, B, K):
     """(first channel, partitions P, channel tiles T) of each chunk the entry point loads at once.
 
@@ -171,21 +202,19 @@ def conv1d_decode_kernel(mixed_qkv, conv_weight, conv_state):
 
     conv_out = nl.ndarray((B, conv_dim), nl.bfloat16, buffer=nl.shared_hbm, name="conv_out")
     new_state = nl.ndarray((B, conv_dim, K), nl.bfloat16, buffer=nl.shared_hbm, name="new_conv_state")
-
-    for c0, P, T in _channel_chunks(conv_dim, B, K):
-        c1 = c0 + T * P
-        # HBM rows -> channel-major tiles: channel c0 + P*t + p on partition p, tile t
-        x = nl.ndarray((P, T, B), nl.bfloat16, name="x")
-        load_channel_major(x, mixed_qkv[:, c0:c1])                          # rows [B, T*P]
-        w = nl.ndarray((P, T, K), nl.float32, name="w")
-        load_channel_major(w.expand_dim(1), conv_weight[c0:c1, :].reshape((T, P, K)))  # rows [T, P*K]
-        state = nl.ndarray((P, T, B, K), nl.bfloat16, name="state")
-        load_channel_major(state, conv_state[:, c0:c1, :])                  # rows [B, T*P*K]
-
-        out = nl.ndarray((P, T, B), nl.bfloat16, name="out")
-        window = nl.ndarray((P, T, B, K), nl.bfloat16, name="window")
-        conv1d_decode_tile(out, window, x, w, state)
-
-        store_rows(conv_out[:, c0:c1], out)
-        store_rows(new_state[:, c0:c1, :], window)
+    conv1d_decode_hbm(conv_out, new_state, mixed_qkv, conv_weight, conv_state)
     return conv_out, new_state
+
+
+def conv1d_decode_hbm(conv_out, new_state, mixed_qkv, conv_weight, conv_state):
+    """The stage's HBM -> HBM body, chunk by chunk of channel tiles. Called by the standalone entry
+    point and by the reference-design fused kernel (HBM scratch)."""
+    B, conv_dim = mixed_qkv.shape
+    K = conv_weight.shape[1]
+    for c0, P, T in _channel_chunks(conv_dim, B, K):
+        # HBM rows [B, T*P] -> channel-major tiles: channel c0 + P*t + p on partition p, tile t
+        x = nl.ndarray((P, T, B), nl.bfloat16, name="x")
+        load_channel_major(x, mixed_qkv[:, c0:c0 + T * P])
+        out = nl.ndarray((P, T, B), nl.bfloat16, name="out")
+        conv1d_decode_channels(out, new_state, x, conv_weight, conv_state, c0)
+        store_rows(conv_out[:, c0:c0 + T * P], out)

@@ -98,17 +98,19 @@ def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurren
           ([dk, nv, B]) are the case G = 1. The l2norm runs on the expanded pairs (G x the work of
           a key-head norm, a few hundred elements per partition).
         - Per chunk: the gates, norms, k . q and the block-diagonal [k, q] of all pairs at once
-          (~22 instructions); then the state streams through in sub-chunks of 128 // F pairs (32),
-          each with one state DMA in and one out per DMA_TILES tiles, ~14 instructions for its
+          (~21 instructions); then the state streams through in sub-chunks of 128 // F pairs (32),
+          each with one state DMA in and one out per DMA_TILES tiles, ~12 instructions for its
           delta, o and outer-product operands, and per tile of R pairs F matmuls for S^T [k, q]
           (one per pair at F = R), one outer-product matmul and one VectorE decay-and-add. At 128
-          pairs the standalone kernel issues 310 instructions (with its loads and stores), about
+          pairs the standalone kernel issues 301 instructions (with its loads and stores), about
           2.4 per pair.
         - Engines: TensorE does every sum over partitions (norms, k . q, S^T [k, q]), the gate
           broadcast, the layout changes (selector matmuls, transposes) and the outer products;
-          VectorE the per-pair elementwise math and the state update (reading PSUM); ScalarE the
+          VectorE the per-pair elementwise math, the 0/1 mask multiplies (reading the selector
+          matmuls' PSUM directly) and the state update (reading PSUM); ScalarE the
           transcendental functions (softplus, exp, sigmoid, square, rsqrt) and PSUM evictions;
-          GpSimd the constants and the SBUF-only mask multiplies, off VectorE's queue.
+          GpSimd the constants and SBUF copies only: it runs no float arithmetic on trn2
+          (neuronx-cc: "TensorTensor cannot run on engine Pool").
         - Rounding: q, k, gates, state and all sums in fp32. S^T k is read from the state before
           the decay and scaled after (exp(g) S^T k), and o = exp(g) S^T q + (k . q) delta: both equal
           the reference's order of operations up to fp32 rounding. The new state is
@@ -262,7 +264,7 @@ def _broadcast_gates(gates, b0, bc, width, consts):
     spread = nl.ndarray((nv, 2, bc, nv), nl.float32, name="gate_spread")
     nisa.tensor_tensor(spread, gates[:, :, b0:b0 + bc].expand_dim(3).broadcast(3, nv),
                        ident[0:nv, 0:nv].expand_dim(1).expand_dim(1).broadcast(1, 2).broadcast(2, bc),
-                       op=nl.multiply, engine=nisa.engine.gpsimd)
+                       op=nl.multiply)
     ps = nl.ndarray((P, 2, bc, nv), nl.float32, buffer=nl.psum, name="gates_psum")
     nisa.nc_matmul(ps, ones[0:nv, 0:P], spread, is_stationary_onezero=True)
     gbc = nl.ndarray((P, 2, width), nl.float32, name="gates_bcast")
@@ -278,8 +280,7 @@ def _fold_decay(gbc, fold, dk, consts, tiles):
     RP = R * (dk // F)
     prod = nl.ndarray((RP, tiles, R), nl.float32, name="decay_select")
     nisa.tensor_tensor(prod, gbc[0:RP, 0, 0:tiles * R].reshape_dim(1, (tiles, R)),
-                       consts["mask_r"].expand_dim(1).broadcast(1, tiles), op=nl.multiply,
-                       engine=nisa.engine.gpsimd)
+                       consts["mask_r"].expand_dim(1).broadcast(1, tiles), op=nl.multiply)
     decay = nl.ndarray((RP, tiles), nl.float32, name="decay_folded")
     nisa.tensor_reduce(decay, nl.add, prod, axis=2)
     return decay
@@ -317,8 +318,8 @@ def _block_diagonal_qk(qk, fold, consts):
     """x[r * Pd + i0, i1, p, c] = qk[i0 * F + i1, p, c] if p % R == r else 0: [R * Pd, F, n, 2].
 
     For each fold row i1, one selector matmul copies row i0 * F + i1 of every pair to partitions
-    r * Pd + i0 (all r); ScalarE evicts the result and one GpSimd multiply keeps pair p only in its
-    own partition block r = p % R.
+    r * Pd + i0 (all r); one VectorE multiply reads the result from PSUM and keeps pair p only in
+    its own partition block r = p % R.
     Tile t's [S^T k, S^T q] is then sum_i1 S[:, t, i1]^T @ x[:, i1, tile t's pairs].
     """
     F, R = fold
@@ -327,11 +328,9 @@ def _block_diagonal_qk(qk, fold, consts):
     rows = nl.ndarray((RP, F, 2 * PMAX), nl.float32, buffer=nl.psum, name="fold_rows")   # 1 KiB per i1
     for i1 in range(F):
         nisa.nc_matmul(rows[:, i1, 0:2 * n], consts["sel"][:, i1], qk, is_stationary_onezero=True)
-    rows_sb = nl.ndarray((RP, F, n, 2), nl.float32, name="fold_rows_sb")
-    nisa.activation(rows_sb, op=nl.copy, data=rows[:, :, 0:2 * n].reshape_dim(2, (n, 2)))
     x = nl.ndarray((RP, F, n, 2), nl.float32, name="qk_block_diag")
     own_block = consts["mask_p"][:, 0:n].expand_dim(1).broadcast(1, F).expand_dim(3).broadcast(3, 2)
-    nisa.tensor_tensor(x, rows_sb, own_block, op=nl.multiply, engine=nisa.engine.gpsimd)
+    nisa.tensor_tensor(x, rows[:, :, 0:2 * n].reshape_dim(2, (n, 2)), own_block, op=nl.multiply)
     return x
 
 
@@ -397,27 +396,20 @@ def _rank1_update(S, qk, delta, decay, s0, fold, consts):
     # k rows: kr[(p, f), i0] = k_p[i0 * F + f], by a selector matmul from the channel-major k
     kx = nl.ndarray((dk, mc, F), nl.float32, name="k_spread")
     nisa.tensor_tensor(kx, qk[:, s0:s0 + mc, 0].expand_dim(2).broadcast(2, F),
-                       mod_f[0:dk, :].expand_dim(1).broadcast(1, mc), op=nl.multiply,
-                       engine=nisa.engine.gpsimd)
+                       mod_f[0:dk, :].expand_dim(1).broadcast(1, mc), op=nl.multiply)
     kr_ps = nl.ndarray((rows, Pd), nl.float32, buffer=nl.psum, name="k_rows_psum")
     nisa.nc_matmul(kr_ps, kx, div_f[0:dk, 0:Pd], is_moving_onezero=True)
-    kr = nl.ndarray((rows, Pd), nl.float32, name="k_rows")
-    nisa.activation(kr, op=nl.copy, data=kr_ps)
     lhs = nl.ndarray((rows, mc, Pd), nl.float32, name="outer_lhs")
-    nisa.tensor_tensor(lhs, kr.expand_dim(1).broadcast(1, mc),
-                       div_f[0:rows, 0:mc].expand_dim(2).broadcast(2, Pd), op=nl.multiply,
-                       engine=nisa.engine.gpsimd)
+    nisa.tensor_tensor(lhs, kr_ps.expand_dim(1).broadcast(1, mc),
+                       div_f[0:rows, 0:mc].expand_dim(2).broadcast(2, Pd), op=nl.multiply)
     # delta rows: rhs[(p, f), i1, j] = delta_p[j] * (i1 == f)
     d_rep = nl.ndarray((dv, mc, F), nl.float32, name="delta_rep")
     nisa.tensor_copy(d_rep, delta.expand_dim(2).broadcast(2, F), engine=nisa.engine.gpsimd)
     dT_ps = nl.ndarray((rows, dv), nl.float32, buffer=nl.psum, name="delta_rows_psum")
     nisa.nc_transpose(dT_ps, d_rep, engine=nisa.engine.tensor)
-    dT = nl.ndarray((rows, dv), nl.float32, name="delta_rows")
-    nisa.activation(dT, op=nl.copy, data=dT_ps)
     rhs = nl.ndarray((rows, F, dv), nl.float32, name="outer_rhs")
-    nisa.tensor_tensor(rhs, dT.expand_dim(1).broadcast(1, F),
-                       mod_f[0:rows, :].expand_dim(2).broadcast(2, dv), op=nl.multiply,
-                       engine=nisa.engine.gpsimd)
+    nisa.tensor_tensor(rhs, dT_ps.expand_dim(1).broadcast(1, F),
+                       mod_f[0:rows, :].expand_dim(2).broadcast(2, dv), op=nl.multiply)
 
     for tl in range(-(-mc // R)):
         t, rt = s0 // R + tl, min(R, mc - tl * R)
@@ -458,16 +450,15 @@ def _normalize_qk(q, k, b0, bc, G, consts):
     return qk
 
 
-def _gated_delta_rule_hbm(q, k, v, a, b, A_log, dt_bias, recurrent_state):
-    """HBM in, HBM out around the building block (no input checks; the entry point checks).
+def load_delta_rule_inputs(q, k, v, a, b, A_log, dt_bias):
+    """The stage's HBM inputs as the channel-major SBUF tiles `gated_delta_rule_block` takes.
 
-    q, k may hold nv or nk heads ([B, nq, dk]); the tests use the latter for the GQA path.
+    Returns (q, k, v, a, b, A_log, dt_bias) tiles: q, k as [dk, nq, B] views (nq = q.shape[1]: nv,
+    or nk key heads for the GQA path), v [dv, nv, B], a, b [nv, B], A_log, dt_bias [nv, 1].
+    Called by the standalone kernel and by gdn_tkg.
     """
     B, nq, dk = q.shape
     nv, dv = v.shape[1], v.shape[2]
-    o = nl.ndarray((B, nv, dv), nl.bfloat16, buffer=nl.shared_hbm, name="o")
-    new_state = nl.ndarray((B, nv, dk, dv), nl.float32, buffer=nl.shared_hbm, name="new_state")
-
     # [B, heads, d] rows -> channel-major [d, B * heads] tiles, viewed as [d, heads, B]
     q_sb = nl.ndarray((dk, B * nq), q.dtype, name="q_T")
     load_channel_major(q_sb, q.reshape((B * nq, dk)))
@@ -483,10 +474,21 @@ def _gated_delta_rule_hbm(q, k, v, a, b, A_log, dt_bias, recurrent_state):
     nisa.dma_copy(A_sb, A_log.reshape((nv, 1)))
     dt_sb = nl.ndarray((nv, 1), nl.float32, name="dt_bias")
     nisa.dma_copy(dt_sb, dt_bias.reshape((nv, 1)))
+    return (_heads_first(q_sb, B), _heads_first(k_sb, B), _heads_first(v_sb, B), a_sb, b_sb, A_sb, dt_sb)
 
+
+def _gated_delta_rule_hbm(q, k, v, a, b, A_log, dt_bias, recurrent_state):
+    """HBM in, HBM out around the building block (no input checks; the entry point checks).
+
+    q, k may hold nv or nk heads ([B, nq, dk]); the tests use the latter for the GQA path.
+    """
+    B, nq, dk = q.shape
+    nv, dv = v.shape[1], v.shape[2]
+    o = nl.ndarray((B, nv, dv), nl.bfloat16, buffer=nl.shared_hbm, name="o")
+    new_state = nl.ndarray((B, nv, dk, dv), nl.float32, buffer=nl.shared_hbm, name="new_state")
     o_sb = nl.ndarray((dv, B, nv), nl.bfloat16, name="o_sb")
-    gated_delta_rule_block(o_sb.permute((0, 2, 1)), new_state, _heads_first(q_sb, B), _heads_first(k_sb, B),
-                           _heads_first(v_sb, B), a_sb, b_sb, A_sb, dt_sb, recurrent_state)
+    gated_delta_rule_block(o_sb.permute((0, 2, 1)), new_state, *load_delta_rule_inputs(q, k, v, a, b, A_log, dt_bias),
+                           recurrent_state)
     store_rows(o.reshape((B * nv, dv)), o_sb.reshape((dv, B * nv)))
     return o, new_state
 
@@ -494,6 +496,28 @@ def _gated_delta_rule_hbm(q, k, v, a, b, A_log, dt_bias, recurrent_state):
 def _heads_first(t, B):
     """[d, B * heads] (HBM's row order: b-major) as the [d, heads, B] view the block takes."""
     return t.reshape_dim(1, (B, t.shape[1] // B)).permute((0, 2, 1))
+
+
+def check_delta_rule_inputs(q, k, v, a, b, A_log, dt_bias, recurrent_state):
+    """The stage's input contract (shapes, dims <= 128, dtypes); ValueError naming the argument."""
+    expect_rank(q, "q", 3)
+    B, nv, dk = q.shape
+    expect(dk <= PMAX, "q", f"head_k_dim q.shape[2] <= {PMAX} (q and k hold dk on partitions)", dk)
+    expect(nv <= PMAX, "q", f"num_v_heads q.shape[1] <= {PMAX}", nv)
+    expect_shape(k, "k", (B, nv, dk))
+    expect_rank(v, "v", 3)
+    expect(v.shape[0] == B and v.shape[1] == nv, "v", f"shape [{B}, {nv}, dv] (B, nv as q)", list(v.shape))
+    dv = v.shape[2]
+    expect(dv <= PMAX, "v", f"head_v_dim v.shape[2] <= {PMAX} (v and o hold dv on partitions)", dv)
+    expect_shape(a, "a", (B, nv))
+    expect_shape(b, "b", (B, nv))
+    expect_shape(A_log, "A_log", (nv,))
+    expect_shape(dt_bias, "dt_bias", (nv,))
+    expect_shape(recurrent_state, "recurrent_state", (B, nv, dk, dv))
+    for t, name in ((q, "q"), (k, "k"), (v, "v"), (a, "a"), (b, "b")):
+        expect_dtype(t, name, nl.bfloat16)
+    for t, name in ((A_log, "A_log"), (dt_bias, "dt_bias"), (recurrent_state, "recurrent_state")):
+        expect_dtype(t, name, nl.float32)
 
 
 @nki.jit
@@ -541,22 +565,5 @@ def gated_delta_rule_kernel(q, k, v, a, b, A_log, dt_bias, recurrent_state):
         o = einsum("bhij,bhi->bhj", S, q).astype(bfloat16)
         return o, S
     """
-    expect_rank(q, "q", 3)
-    B, nv, dk = q.shape
-    expect(dk <= PMAX, "q", f"head_k_dim q.shape[2] <= {PMAX} (q and k hold dk on partitions)", dk)
-    expect(nv <= PMAX, "q", f"num_v_heads q.shape[1] <= {PMAX}", nv)
-    expect_shape(k, "k", (B, nv, dk))
-    expect_rank(v, "v", 3)
-    expect(v.shape[0] == B and v.shape[1] == nv, "v", f"shape [{B}, {nv}, dv] (B, nv as q)", list(v.shape))
-    dv = v.shape[2]
-    expect(dv <= PMAX, "v", f"head_v_dim v.shape[2] <= {PMAX} (v and o hold dv on partitions)", dv)
-    expect_shape(a, "a", (B, nv))
-    expect_shape(b, "b", (B, nv))
-    expect_shape(A_log, "A_log", (nv,))
-    expect_shape(dt_bias, "dt_bias", (nv,))
-    expect_shape(recurrent_state, "recurrent_state", (B, nv, dk, dv))
-    for t, name in ((q, "q"), (k, "k"), (v, "v"), (a, "a"), (b, "b")):
-        expect_dtype(t, name, nl.bfloat16)
-    for t, name in ((A_log, "A_log"), (dt_bias, "dt_bias"), (recurrent_state, "recurrent_state")):
-        expect_dtype(t, name, nl.float32)
+    check_delta_rule_inputs(q, k, v, a, b, A_log, dt_bias, recurrent_state)
     return _gated_delta_rule_hbm(q, k, v, a, b, A_log, dt_bias, recurrent_state)

@@ -128,8 +128,16 @@ def gqa_repeat_kernel(conv_out, num_k_heads, head_k_dim, head_v_dim):
     q = nl.ndarray((B, nv, dk), nl.bfloat16, buffer=nl.shared_hbm, name="q")
     k = nl.ndarray((B, nv, dk), nl.bfloat16, buffer=nl.shared_hbm, name="k")
     v = nl.ndarray((B, nv, dv), nl.bfloat16, buffer=nl.shared_hbm, name="v")
+    split_heads_hbm(q, k, v, conv_out, nk)
+    return q, k, v
 
+
+def split_heads_hbm(q, k, v, conv_out, nk):
+    """The stage's HBM -> HBM body: q, k [B, nv, dk] (repeated from nk key heads) and v [B, nv, dv]
+    from conv_out [B, conv_dim]. Called by the standalone entry point and by the reference-design
+    fused kernel (HBM scratch)."""
+    dk, dv = q.shape[2], v.shape[2]
+    key_dim = nk * dk
     gqa_repeat(q, conv_out[:, 0:key_dim].reshape_dim(1, (nk, dk)))
     gqa_repeat(k, conv_out[:, key_dim:2 * key_dim].reshape_dim(1, (nk, dk)))
-    nisa.dma_copy(v, conv_out[:, 2 * key_dim:conv_dim].reshape_dim(1, (nv, dv)))
-    return q, k, v
+    nisa.dma_copy(v, conv_out[:, 2 * key_dim:].reshape_dim(1, (v.shape[1], dv)))

@@ -148,6 +148,18 @@ def project_columns(dst, hidden_T, W, col0=0):
             nisa.tensor_copy(dst=dst[:, tb:tb + acc.shape[1], :], src=acc)
 
 
+def in_proj_hbm(outs, hidden, weights):
+    """The stage's HBM -> HBM body: outs[i] [B, N_i] @ HBM = hidden @ weights[i], hidden loaded once.
+
+    Called by the standalone entry point (outputs in shared HBM) and by the reference-design fused
+    kernel (HBM scratch).
+    """
+    B, _, H = hidden.shape
+    hidden_T = load_hidden_T(nl.ndarray((P_MAX, B, H // P_MAX), dtype=nl.bfloat16, buffer=nl.sbuf), hidden)
+    for out, W in zip(outs, weights):
+        _project_to_hbm(out, hidden_T, W)
+
+
 def _project_to_hbm(out, hidden_T, W):
     """Entry-point helper: out [B, N] @ HBM = hidden @ W, via 128-channel tiles and a tail tile.
 
@@ -215,12 +227,7 @@ def in_proj_kernel(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b):
     expect(W_in_b.shape[1] == W_in_a.shape[1], "W_in_b", f"{W_in_a.shape[1]} columns (nv, as W_in_a)",
            f"shape {list(W_in_b.shape)}")
 
-    hid = nl.ndarray((P_MAX, B, H // P_MAX), dtype=nl.bfloat16, buffer=nl.sbuf)
-    hidden_T = load_hidden_T(hid, hidden)
-    outs = []
-    for arg, W in weights:
-        out = nl.ndarray((B, W.shape[1]), dtype=nl.bfloat16, buffer=nl.shared_hbm)
-        _project_to_hbm(out, hidden_T, W)
-        outs.append(out)
+    outs = tuple(nl.ndarray((B, W.shape[1]), dtype=nl.bfloat16, buffer=nl.shared_hbm) for _, W in weights)
+    in_proj_hbm(outs, hidden, tuple(W for _, W in weights))
     mixed_qkv, z, a, b = outs
     return mixed_qkv, z, a, b

@@ -50,13 +50,19 @@ def load_channel_major(dst, src):
           DMA gets one DMA engine per 8 partitions: so a row of T tiles is cut into J pieces of
           T / J whole tiles on J partitions, J the largest divisor of T with rows * J <= 128 and
           pieces of at least MIN_PIECE_BYTES (2 KiB; J = 1 when rows are short or many). A run is
-          then C * K * itemsize / J bytes: the whole row when J = 1.
+          then C * K * itemsize / J bytes: the whole row when J = 1. The DMA's HBM side is the
+          rows viewed as [rows * J, C / J, K], the staging tile's partition count in dim 0 (the
+          compiler rejects a DMA whose sides differ there), so pieces need rows that follow each
+          other in memory; a column slice of wider rows keeps J = 1.
         - TensorE transposes each [rows * J, P] block (channel tile t of every piece; for K > 1
           the k-th element of each channel, a stride-K view) into PSUM in src's dtype; the
           transposes that share a 2 KiB PSUM bank are evicted into dst with one tensor_copy,
           alternately on VectorE and ScalarE (bit-exact copies; a converting copy stays on
           VectorE). Per chunk: (T / J) * K transposes and about one eviction per bank.
-        - SBUF: the staging tile, C * K * itemsize / J bytes per partition.
+        - An odd rows * J of bf16 (B = 1) would write PSUM in half words, which the compiler
+          rejects: then the DMA widens the rows to an fp32 staging tile and the transposes and
+          PSUM are fp32 (exact; the eviction converts back on VectorE, half as many per bank).
+        - SBUF: the staging tile, C * K * itemsize / J bytes per partition (itemsize 4 when fp32).
         - Views the callers use: conv_state [B, C, K] as is; conv_weight [C, K] as src
           [T, P, K] (tile t a row) into dst [P, 1, T, K]; hidden [B, 1, H] as src
           [B, 128, H / 128] into dst [128, 1, B, H / 128] (feature h = p * (H / 128) + kt).
@@ -75,15 +81,17 @@ def load_channel_major(dst, src):
     evictions = 0
     for r0 in range(0, R, PMAX):
         rr = min(PMAX, R - r0)
-        J = _pieces(rr, T, P * K * size)
+        J = _pieces(rr, T, P * K * size) if _rows_contiguous(src) else 1
         TL = T // J
-        # partition r * J + j holds piece j of row r0 + r: channels j * TL * P .. (j + 1) * TL * P - 1
-        rows = nl.ndarray((rr * J, TL * P, K), src.dtype, buffer=nl.sbuf, name="rows_in")
-        nisa.dma_copy(dst=_squeezed(rows), src=_squeezed(src[r0:r0 + rr].reshape_dim(1, (J, TL * P))))
+        tdt = _transpose_dtype(src.dtype, rr * J)
+        # partition r * J + j holds piece j of row r0 + r: channels j * TL * P .. (j + 1) * TL * P - 1;
+        # the DMA widens bf16 to fp32 where the transposes need it (exact)
+        rows = nl.ndarray((rr * J, TL * P, K), tdt, buffer=nl.sbuf, name="rows_in")
+        nisa.dma_copy(dst=_squeezed(rows), src=_squeezed(src[r0:r0 + rr].reshape((rr * J, TL * P, K))))
         out = dst.reshape_dim(1, (J, TL))[:, :, :, r0:r0 + rr, :]             # [P, J, TL, rr, K]
-        per_bank = PSUM_BANK_BYTES // (rr * J * size)                         # transposes per bank
+        per_bank = PSUM_BANK_BYTES // (rr * J * _itemsize(tdt))               # transposes per bank
         for t0, nt, k0, nk in _bank_groups(TL, K, per_bank, tiles_and_k=(J == 1)):
-            ps = nl.ndarray((P, nt, nk, rr, J), src.dtype, buffer=nl.psum, name="rows_in_T")
+            ps = nl.ndarray((P, nt, nk, rr, J), tdt, buffer=nl.psum, name="rows_in_T")
             for i in range(nt):
                 for k in range(k0, k0 + nk):
                     block = _squeezed(rows[:, (t0 + i) * P:(t0 + i + 1) * P, k])  # [rr * J, P]
@@ -118,10 +126,14 @@ def store_rows(dst, src):
           k-th element of each channel, a stride-K view) into PSUM, [rows * J, P] in src's dtype;
           one tensor_copy per PSUM bank (2048 / (P * itemsize) transposes: 8 at P = 128 in bf16)
           evicts them into an SBUF staging tile in dst's dtype, alternately on VectorE and ScalarE.
+          An odd P of bf16 would write PSUM in half words, which the compiler rejects: then one
+          GpSimd copy first widens the chunk of src to fp32 (exact) and the transposes and PSUM
+          are fp32.
         - The staging tile then leaves in ONE DMA per chunk of rows, one contiguous HBM run per
           partition. As in `load_channel_major`, a row of T tiles sits on J partitions in pieces
           of T / J whole tiles (J the largest divisor of T with rows * J <= 128 and pieces of at
-          least MIN_PIECE_BYTES), so that few rows still spread over many DMA engines.
+          least MIN_PIECE_BYTES), so that few rows still spread over many DMA engines; the HBM
+          side is viewed as [rows * J, C / J, K], so J = 1 for a column slice of wider rows.
         - Per chunk: (T / J) * K transposes, about one eviction per bank, one DMA. SBUF: the
           staging tile, C * K * itemsize / J bytes per partition.
 
@@ -136,25 +148,30 @@ def store_rows(dst, src):
     R, C, K = dst.shape
     P, T = src.shape[0], src.shape[1]
     _check(src, "src", dst, "dst")
-    per_bank = PSUM_BANK_BYTES // (P * _itemsize(src.dtype))                  # transposes per bank
+    tdt = _transpose_dtype(src.dtype, P)
+    per_bank = PSUM_BANK_BYTES // (P * _itemsize(tdt))                        # transposes per bank
     evictions = 0
     for r0 in range(0, R, PMAX):
         rr = min(PMAX, R - r0)
-        J = _pieces(rr, T, P * K * _itemsize(dst.dtype))
+        J = _pieces(rr, T, P * K * _itemsize(dst.dtype)) if _rows_contiguous(dst) else 1
         TL = T // J
         # partition r * J + j holds piece j of row r0 + r: channels j * TL * P .. (j + 1) * TL * P - 1
         rows = nl.ndarray((rr * J, TL * P, K), dst.dtype, buffer=nl.sbuf, name="rows_out")
         by_tile = rows.reshape_dim(1, (TL, P))                                # [rr * J, TL, P, K]
         tiles = src.reshape_dim(1, (J, TL))[:, :, :, r0:r0 + rr, :]           # [P, J, TL, rr, K]
+        if tdt != src.dtype:                      # widen the chunk to fp32 for the transposes (exact)
+            wide = nl.ndarray((P, J, TL, rr, K), tdt, buffer=nl.sbuf, name="rows_out_fp32")
+            nisa.tensor_copy(dst=_squeezed(wide), src=_squeezed(tiles), engine=nisa.engine.gpsimd)
+            tiles = wide
         for t0, nt, k0, nk in _bank_groups(TL, K, per_bank, tiles_and_k=True):
-            ps = nl.ndarray((rr * J, nt, nk, P), src.dtype, buffer=nl.psum, name="rows_out_T")
+            ps = nl.ndarray((rr * J, nt, nk, P), tdt, buffer=nl.psum, name="rows_out_T")
             for i in range(nt):
                 for k in range(k0, k0 + nk):
                     block = _squeezed(tiles[:, :, t0 + i, :, k].permute((0, 2, 1)))  # [P, rr, J]
                     nisa.nc_transpose(dst=_squeezed(ps[:, i, k - k0]), data=block, engine=nisa.engine.tensor)
             _evict(by_tile[:, t0:t0 + nt, :, k0:k0 + nk], ps.permute((0, 1, 3, 2)), evictions)
             evictions += 1
-        nisa.dma_copy(dst=_squeezed(dst[r0:r0 + rr].reshape_dim(1, (J, TL * P))), src=_squeezed(rows))
+        nisa.dma_copy(dst=_squeezed(dst[r0:r0 + rr].reshape((rr * J, TL * P, K))), src=_squeezed(rows))
 
 
 def _with_all_dims(hbm, tile, hbm_arg, tile_arg):
@@ -192,6 +209,23 @@ def _squeezed(t):
 
 def _itemsize(dtype):
     return 4 if dtype == nl.float32 else 2
+
+
+def _transpose_dtype(dtype, n):
+    """The dtype the TensorE transposes run in when each writes n elements per PSUM partition.
+
+    PSUM takes sub-word (bf16) writes only as whole 4-byte words per partition; an odd n of bf16
+    (e.g. B = 1 rows) would write 2 bytes past a word boundary, which the compiler rejects. Those
+    transposes run in fp32 instead (bf16 -> fp32 -> bf16 is exact, -0.0 and infinities included).
+    """
+    return nl.float32 if _itemsize(dtype) < 4 and n % 2 else dtype
+
+
+def _rows_contiguous(hbm):
+    """Whether the rows of hbm [R, C, K] follow each other in memory, so that [rows, J, C / J, K]
+    views as [rows * J, C / J, K]: a DMA's HBM side must have the SBUF side's partition count in
+    dim 0. A column slice of wider rows is not: its rows then take one partition each (J = 1)."""
+    return hbm.shape[0] == 1 or hbm.strides[0] == hbm.shape[1] * hbm.strides[1]
 
 
 def _pieces(rows, T, tile_bytes):

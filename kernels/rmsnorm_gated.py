@@ -149,22 +149,32 @@ def rmsnorm_gated_kernel(o, z, norm_weight):
     expect_dtype(z, "z", nl.bfloat16)
     expect_dtype(norm_weight, "norm_weight", nl.float32)
 
-    R = B * nv
     out = nl.ndarray((B, 1, nv * dv), nl.bfloat16, buffer=nl.shared_hbm, name="out")
+    # channel-major, the (b, h) pairs in HBM's row order: [dv, B, nv]
+    o_sb = nl.ndarray((dv, B, nv), nl.bfloat16, name="o_sb")     # an fp32 o is rounded on the way in
+    load_channel_major(o_sb.reshape((dv, B * nv)), o.reshape((B * nv, dv)))
+    rmsnorm_gated_to_hbm(out, o_sb, z, norm_weight)
+    return out
 
-    # channel-major tiles with the (b, h) pairs in HBM's row order: [dv, B, nv]
-    o_sb = nl.ndarray((dv, R), nl.bfloat16, name="o_sb")     # an fp32 o is rounded on the way in
-    load_channel_major(o_sb, o.reshape((R, dv)))
-    z_sb = nl.ndarray((dv, R), nl.bfloat16, name="z_sb")
-    load_channel_major(z_sb, z.reshape((R, dv)))
+
+def rmsnorm_gated_to_hbm(out, o, z, norm_weight):
+    """RMSNormGated of an on-chip o with z and norm_weight from HBM, the result stored to HBM.
+
+    Called by the standalone entry point (o loaded from HBM) and by gdn_tkg (o straight from the
+    delta rule).
+
+    Args:
+        out (nl.ndarray): [B, 1, nv * dv] @ HBM, bf16, written.
+        o (nl.ndarray): [dv, B, nv] @ SBUF, bf16, channel-major, the (b, h) pairs in row order.
+        z (nl.ndarray): [B, nv * dv] @ HBM, bf16.
+        norm_weight (nl.ndarray): [dv] @ HBM, fp32.
+    """
+    dv, B, nv = o.shape
+    z_sb = nl.ndarray((dv, B, nv), nl.bfloat16, name="z_sb")
+    load_channel_major(z_sb.reshape((dv, B * nv)), z.reshape((B * nv, dv)))
     w_sb = nl.ndarray((dv, 1), nl.float32, name="w_sb")
     nisa.dma_copy(w_sb, norm_weight.reshape((dv, 1)))
-
-    out_sb = nl.ndarray((dv, R), nl.bfloat16, name="out_sb")
+    out_sb = nl.ndarray((dv, B, nv), nl.bfloat16, name="out_sb")
     # the building block takes [dv, nv, B] views of these [dv, B, nv] tiles
-    rmsnorm_gated_tile(out_sb.reshape((dv, B, nv)).permute((0, 2, 1)),
-                       o_sb.reshape((dv, B, nv)).permute((0, 2, 1)),
-                       z_sb.reshape((dv, B, nv)).permute((0, 2, 1)), w_sb)
-
-    store_rows(out.reshape((R, dv)), out_sb)
-    return out
+    rmsnorm_gated_tile(out_sb.permute((0, 2, 1)), o.permute((0, 2, 1)), z_sb.permute((0, 2, 1)), w_sb)
+    store_rows(out.reshape((B * nv, dv)), out_sb.reshape((dv, B * nv)))

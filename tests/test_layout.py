@@ -32,6 +32,7 @@ CASES = [
     (200, 384, None, 128, np.float32),  # fp32, R > 128
     (3, 160, None, 80, BF16),           # 80-channel tiles (a caller's tail tile)
     (6, 16, None, 16, BF16),            # tiny head dim
+    (3, 15, None, 5, BF16),             # odd rows and odd channels per tile: bf16 transposes go fp32
     (8, 1280, 4, 128, BF16),            # conv_state: rows cut into 5 pieces of 2 KiB
     (1, 6144, 4, 128, BF16),            # one long conv_state row over 24 partitions
     (130, 256, 3, 128, BF16),           # K = 3, R > 128
@@ -196,6 +197,34 @@ def test_few_rows_are_cut_over_more_partitions(case, partitions, run):
     c = nkicpu.capture(load_then_store)(rows_of(case), case[3])
     first_load = next(i for i in c.instructions if i.opcode == "dma_copy")
     assert hbm_runs(first_load) == (partitions, run, True)
+
+
+def test_column_slices_of_wider_rows_take_one_partition_per_row():
+    """A DMA's HBM side must have the SBUF side's partition count in dim 0, and pieces of a column
+    slice cannot be stacked onto partitions by a reshape: such rows are not cut (J = 1)."""
+    x = rows_of((8, 2560, 4, 128, BF16), seed=3)
+    c = nkicpu.capture(by_column_slices)(x, ((128, 10), (128, 10)))
+    assert np.array_equal(c.outputs.view(np.uint16), x.view(np.uint16))
+    dmas = [i for i in c.instructions if i.opcode == "dma_copy"]
+    assert [hbm_runs(i) for i in dmas] == [(8, 10 * 128 * 4 * 2, True)] * 4
+    whole = nkicpu.capture(load_then_store)(x[:, :1280], 128)    # the same rows on their own: cut in 5
+    assert hbm_runs(next(i for i in whole.instructions if i.opcode == "dma_copy")) == (40, 2048, True)
+
+
+@pytest.mark.parametrize("case", [(1, 256, None, 128, BF16), (3, 15, None, 5, BF16)], ids=case_id)
+def test_odd_bf16_transposes_run_in_fp32(case):
+    """PSUM takes bf16 writes only as whole 4-byte words per partition: an odd number of rows
+    (loading) or of channels per tile (storing) transposes in fp32 instead, still bit-exact."""
+    R, C, K, P, dtype = case
+    x = rows_of(case, seed=4)
+    c = nkicpu.capture(load_then_store)(x, P)
+    assert np.array_equal(c.outputs.view(np.uint16), x.view(np.uint16))
+    transposes = [i for i in c.instructions if i.opcode == "nc_transpose"]
+    loads, stores = transposes[:C // P], transposes[C // P:]
+    assert all(i.writes[0].dtype == ("float32" if R % 2 else "bfloat16") for i in loads)
+    assert all(i.writes[0].dtype == ("float32" if P % 2 else "bfloat16") for i in stores)
+    widen = [i for i in c.instructions if i.opcode == "tensor_copy" and i.engine == "gpsimd"]
+    assert len(widen) == P % 2 and all(i.writes[0].dtype == "float32" for i in widen)
 
 
 def test_instruction_plan():
