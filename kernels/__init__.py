@@ -25,3 +25,7 @@ def _install_nki():
 
 
 NKI_BACKEND = _install_nki()
+
+from .gdn_block import gdn_block_tkg  # noqa: E402  the fused kernel: `kernels.gdn_block_tkg(...)`
+
+__all__ = ["gdn_block_tkg", "NKI_BACKEND"]

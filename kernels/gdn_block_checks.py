@@ -1,0 +1,91 @@
+"""The fused block's input contract: every dim from the tensor shapes, every bad input named.
+
+Shared by each version of the fused decode kernel (the composition steps and `gdn_block_tkg`), so
+they accept and reject exactly the same arguments.
+"""
+from dataclasses import dataclass
+
+import nki.language as nl
+
+from .checks import expect, expect_dtype, expect_multiple, expect_rank
+
+PMAX = 128
+K_MIN, K_MAX = 2, 4        # conv windows the conv1d stage supports (Qwen: 4)
+
+
+@dataclass(frozen=True)
+class BlockDims:
+    B: int
+    H: int
+    nk: int
+    nv: int
+    dk: int
+    dv: int
+    K: int
+
+    @property
+    def key_dim(self):
+        return self.nk * self.dk
+
+    @property
+    def value_dim(self):
+        return self.nv * self.dv
+
+    @property
+    def conv_dim(self):
+        return 2 * self.key_dim + self.value_dim
+
+
+def block_dims(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log, dt_bias,
+               norm_weight, recurrent_state):
+    """Check the 11 arguments of `gdn_block_tkg` against each other; return their BlockDims.
+
+    nv = len(A_log); dk, dv from recurrent_state; conv_dim, K from conv_weight;
+    nk = (conv_dim - nv * dv) / (2 * dk). Raises ValueError naming the first bad argument.
+    """
+    ranks = (("hidden", hidden, 3), ("W_in_qkv", W_in_qkv, 2), ("W_in_z", W_in_z, 2), ("W_in_a", W_in_a, 2),
+             ("W_in_b", W_in_b, 2), ("conv_weight", conv_weight, 2), ("conv_state", conv_state, 3),
+             ("A_log", A_log, 1), ("dt_bias", dt_bias, 1), ("norm_weight", norm_weight, 1),
+             ("recurrent_state", recurrent_state, 4))
+    for arg, t, rank in ranks:
+        expect_rank(t, arg, rank)
+    for arg, t in (("hidden", hidden), ("W_in_qkv", W_in_qkv), ("W_in_z", W_in_z), ("W_in_a", W_in_a),
+                   ("W_in_b", W_in_b), ("conv_state", conv_state)):
+        expect_dtype(t, arg, nl.bfloat16)
+    for arg, t in (("conv_weight", conv_weight), ("A_log", A_log), ("dt_bias", dt_bias),
+                   ("norm_weight", norm_weight), ("recurrent_state", recurrent_state)):
+        expect_dtype(t, arg, nl.float32)
+
+    B, S, H = hidden.shape
+    expect(S == 1, "hidden", "one decode token, shape [B, 1, H]", f"shape {list(hidden.shape)}")
+    expect_multiple(H, PMAX, "hidden", "hidden size H = hidden.shape[2]")
+    nv = A_log.shape[0]
+    _, _, dk, dv = recurrent_state.shape
+    expect(dk <= PMAX, "recurrent_state", f"head_k_dim recurrent_state.shape[2] <= {PMAX}", dk)
+    expect(dv <= PMAX, "recurrent_state", f"head_v_dim recurrent_state.shape[3] <= {PMAX}", dv)
+    expect(nv <= PMAX, "A_log", f"num_v_heads len(A_log) <= {PMAX}", nv)
+    expect(recurrent_state.shape[:2] == (B, nv), "recurrent_state",
+           f"shape [B, nv, dk, dv] with B = {B} (hidden) and nv = {nv} (A_log)", list(recurrent_state.shape))
+    expect(dt_bias.shape == (nv,), "dt_bias", f"length num_v_heads = {nv} (as A_log)", list(dt_bias.shape))
+    expect(norm_weight.shape == (dv,), "norm_weight", f"length head_v_dim = {dv} (recurrent_state.shape[3])",
+           list(norm_weight.shape))
+
+    conv_dim, K = conv_weight.shape
+    key_dims = conv_dim - nv * dv
+    expect(key_dims > 0 and key_dims % (2 * dk) == 0, "conv_weight",
+           f"conv_dim = 2 * key_dim + value_dim = 2 * nk * {dk} + {nv} * {dv} rows for an integer nk >= 1",
+           f"conv_dim = {conv_dim}")
+    nk = key_dims // (2 * dk)
+    expect(nv % nk == 0, "A_log", f"num_v_heads a multiple of num_k_heads = {nk} (from conv_dim)", nv)
+    expect(K_MIN <= K <= K_MAX, "conv_weight", f"a conv window K = conv_weight.shape[1] in {K_MIN}..{K_MAX}", K)
+    expect(conv_state.shape[0] == B, "conv_state", f"batch conv_state.shape[0] = {B} (as hidden)",
+           list(conv_state.shape))
+    expect(conv_state.shape[2] == K, "conv_state", f"window conv_state.shape[2] = {K} (as conv_weight)",
+           list(conv_state.shape))
+    expect(conv_state.shape[1] == conv_dim, "conv_state", f"conv_dim = {conv_dim} channels (as conv_weight)",
+           list(conv_state.shape))
+
+    for arg, W, n in (("W_in_qkv", W_in_qkv, conv_dim), ("W_in_z", W_in_z, nv * dv), ("W_in_a", W_in_a, nv),
+                      ("W_in_b", W_in_b, nv)):
+        expect(tuple(W.shape) == (H, n), arg, f"shape [H, {n}] = [{H}, {n}]", list(W.shape))
+    return BlockDims(B=B, H=H, nk=nk, nv=nv, dk=dk, dv=dv, K=K)
