@@ -67,9 +67,11 @@ COST_MODEL_SOURCE = (
 
 # What each row field means; copied into the JSON so that no figure can be mistaken for another.
 FIELDS = {
-    "variant": "kernel variant (benchmarks.variants): a stage name, later also compositions",
+    "variant": "kernel variant (benchmarks.variants): a stage, gdn_tkg, or a composition step '<n>_<name>'",
     "kind": "'stage' or 'composition'",
-    "kernel": "module:function of the @nki.jit entry point",
+    "kernel": "module:function of the @nki.jit entry point (of the host function for a multi-launch step)",
+    "launches": "kernel launches the variant takes: 1, or the stage kernels a host pipeline runs one after "
+                "another (their modeled times, bytes and instructions are summed; launch_us counts each)",
     "config": "per-device configuration, '<model> TP<tp>'",
     "model": "model name (kernels.configs.MODELS)",
     "tp": "tensor-parallel degree the heads are split by",
@@ -81,7 +83,8 @@ FIELDS = {
                   "microseconds (trn2 cost model)",
     "best_us": "modeled kernel time, the BEST estimate (documented peak figures), microseconds; "
                "roofline_us <= best_us <= modeled_us",
-    "launch_us": "modeled standalone launch preamble + epilogue, microseconds; not in modeled_us or best_us",
+    "launch_us": "modeled standalone launch preamble + epilogue, microseconds, times the launches; not in "
+                 "modeled_us or best_us",
     "roofline_us": "HBM roofline for the same bytes: (read + written) / HBM_ROOFLINE_GBPS, microseconds",
     "modeled_over_roofline": "modeled_us / roofline_us (>= 1; large means latency or engine bound)",
     "hbm_read_bytes, hbm_write_bytes": "HBM bytes the kernel's DMAs read and write",
@@ -168,7 +171,7 @@ def parse_args(argv):
 def _row_base(variant, shape):
     model, tp = shape.name.rsplit(" TP", 1)
     row = {"variant": variant.name, "kind": variant.kind, "kernel": variant.kernel,
-           "config": shape.name, "model": model, "tp": int(tp)}
+           "launches": len(variant.launches) or 1, "config": shape.name, "model": model, "tp": int(tp)}
     row.update({f: getattr(shape, f) for f in SHAPE_FIELDS})
     row.update(G=shape.G, conv_dim=shape.conv_dim, value_dim=shape.value_dim, label=MODELED)
     return row
@@ -190,30 +193,49 @@ def failed_row(variant, shape, exc, wall_s=None):
     return row
 
 
+def _profile(variant, shape, inputs):
+    """(Profile, Capture, run seconds, schedule seconds) of one kernel launch."""
+    kernel = variant.load_kernel()
+    args = variant.args(shape, inputs)
+    t0 = time.perf_counter()
+    capture = nkicpu.capture(kernel)(*args)
+    t1 = time.perf_counter()
+    prof = profile_capture(capture)
+    return prof, capture, t1 - t0, time.perf_counter() - t1
+
+
 def run_row(variant, shape, inputs):
-    """Profile `variant` at `shape` on `inputs` (from `kernels.reference.pipeline_inputs`); one JSON-ready record."""
+    """Profile `variant` at `shape` on `inputs` (from `kernels.reference.pipeline_inputs`); one JSON-ready record.
+
+    A host pipeline (variant.launches) is its launches back to back: their modeled times, bytes and
+    instructions add up, each lane's busy fraction is weighted by the launches' times, and launch_us
+    counts every launch.
+    """
     t0 = time.perf_counter()
     try:
-        kernel = variant.load_kernel()
-        args = variant.args(shape, inputs)
-        t0 = time.perf_counter()
-        capture = nkicpu.capture(kernel)(*args)
-        t1 = time.perf_counter()
-        prof = profile_capture(capture)
-        t2 = time.perf_counter()
+        parts = [_profile(VARIANTS_BY_NAME[name], shape, inputs) for name in variant.launches or (variant.name,)]
     except Exception as exc:  # recorded in the JSON; the sweep goes on
         return failed_row(variant, shape, exc, wall_s=time.perf_counter() - t0)
-    busy = {lane: round(frac, 6) for lane, frac in prof.busy.items()}
+    profs = [p for p, _, _, _ in parts]
+    total = sum(p.total_us for p in profs)
+    busy = {}
+    for p in profs:
+        for lane, frac in p.busy.items():
+            busy[lane] = busy.get(lane, 0.0) + frac * p.total_us / total
+    busy = {lane: round(frac, 6) for lane, frac in busy.items()}
+    roofline = sum(p.roofline_us for p in profs)
+    run_s, schedule_s = sum(r for _, _, r, _ in parts), sum(s for _, _, _, s in parts)
     row = _row_base(variant, shape)
     row.update(
-        label=prof.label, status="ok",
-        modeled_us=prof.total_us, best_us=prof.best_us, launch_us=prof.launch_us, roofline_us=prof.roofline_us,
-        modeled_over_roofline=prof.total_us / prof.roofline_us if prof.roofline_us else None,
-        hbm_read_bytes=prof.hbm_read_bytes, hbm_write_bytes=prof.hbm_write_bytes,
+        label=profs[0].label, status="ok", launches=len(profs),
+        modeled_us=total, best_us=sum(p.best_us for p in profs), launch_us=sum(p.launch_us for p in profs),
+        roofline_us=roofline, modeled_over_roofline=total / roofline if roofline else None,
+        hbm_read_bytes=sum(p.hbm_read_bytes for p in profs), hbm_write_bytes=sum(p.hbm_write_bytes for p in profs),
         busy_fraction=busy, busiest_lane=max(busy, key=busy.get) if busy else None,
-        instructions=prof.instructions,
-        peak_sbuf_bytes=capture.peak_sbuf_bytes, peak_psum_banks=capture.peak_psum_banks,
-        cpu_model_wall_s=t2 - t0, cpu_model_run_s=t1 - t0, cpu_model_schedule_s=t2 - t1,
+        instructions=sum(p.instructions for p in profs),
+        peak_sbuf_bytes=max(c.peak_sbuf_bytes for _, c, _, _ in parts),
+        peak_psum_banks=max(c.peak_psum_banks for _, c, _, _ in parts),
+        cpu_model_wall_s=run_s + schedule_s, cpu_model_run_s=run_s, cpu_model_schedule_s=schedule_s,
         error=None)
     return row
 

@@ -2,9 +2,9 @@
 
 A variant is a name, the kernel (as "module:function", imported when its row runs) and a function
 that picks the kernel's arguments from a `GDNShape` and the dict
-`kernels.reference.pipeline_inputs(shape)` returns.
-The five stage kernels are registered here; a composition step (a fused kernel) is one more
-`Variant(...)` in `VARIANTS`.
+`kernels.reference.pipeline_inputs(shape)` returns; or, for a composition step that is several
+launches from the host (kernels.gdn_staged), the names of the variants it launches one after another.
+The five stage kernels come first, then the composition steps in the book's order.
 
 Each stage sees the intermediates a real decode step would give it: `pipeline_inputs` draws the
 block inputs with `make_inputs` and runs the torch reference stage by stage, so conv1d gets in_proj's
@@ -22,7 +22,8 @@ class Variant:
     name: str
     kernel: str                                   # "module:function" of an @nki.jit entry point
     args: Callable[[GDNShape, dict], tuple]       # (shape, pipeline_inputs(shape)) -> kernel arguments
-    kind: str = "stage"                           # "stage" or, later, "composition"
+    kind: str = "stage"                           # "stage" or "composition"
+    launches: tuple = ()                          # a host pipeline: the variants it runs, in order
 
     def load_kernel(self):
         module, _, function = self.kernel.partition(":")
@@ -44,5 +45,27 @@ VARIANTS = [
             _pick("q", "k", "v", "a", "b", "A_log", "dt_bias", "recurrent_state")),
     Variant("rmsnorm_gated", "kernels.rmsnorm_gated:rmsnorm_gated_kernel",
             _pick("o", "z", "norm_weight")),
+]
+BLOCK_ARGS = _pick("hidden", "W_in_qkv", "W_in_z", "W_in_a", "W_in_b", "conv_weight", "conv_state", "A_log",
+                   "dt_bias", "norm_weight", "recurrent_state")
+STAGES = tuple(v.name for v in VARIANTS)
+
+
+def _composition(name, kernel):
+    return Variant(name, kernel, BLOCK_ARGS, kind="composition")
+
+
+# The composition steps of the book (book/composition.ipynb), each the whole decode step.
+VARIANTS += [
+    Variant("gdn_tkg", "kernels.gdn_tkg:gdn_tkg",
+            _pick("q", "k", "v", "a", "b", "z", "A_log", "dt_bias", "norm_weight", "recurrent_state"),
+            kind="composition"),
+    Variant("0_staged", "kernels.gdn_staged:gdn_block_staged", BLOCK_ARGS, kind="composition", launches=STAGES),
+    Variant("1_staged_tkg", "kernels.gdn_staged:gdn_block_staged_tkg", BLOCK_ARGS, kind="composition",
+            launches=STAGES[:3] + ("gdn_tkg",)),
+    _composition("2_scratch", "kernels.gdn_block_scratch:gdn_block_tkg_scratch"),
+    _composition("3_onchip", "kernels.gdn_block:gdn_block_tkg_onchip"),
+    _composition("4_gqa_index", "kernels.gdn_block:gdn_block_tkg_gqa_index"),
+    _composition("5_fused", "kernels.gdn_block:gdn_block_tkg"),
 ]
 VARIANTS_BY_NAME = {v.name: v for v in VARIANTS}

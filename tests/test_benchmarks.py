@@ -11,7 +11,7 @@ import pytest
 
 import kernels
 from benchmarks import sweep
-from benchmarks.variants import VARIANTS, Variant
+from benchmarks.variants import VARIANTS, VARIANTS_BY_NAME, Variant
 from nkicpu import costs
 from nkicpu.profile import MODELED
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(kernels.NKI_BACKEND != "nkicpu",
                                 reason="the sweep's cost model runs on nkicpu (set NKICPU=1)")
 
 ROW_KEYS = {
-    "variant", "kind", "kernel", "config", "model", "tp", "B", "H", "nk", "nv", "dk", "dv", "K",
+    "variant", "kind", "kernel", "launches", "config", "model", "tp", "B", "H", "nk", "nv", "dk", "dv", "K",
     "G", "conv_dim", "value_dim", "label", "status", "modeled_us", "best_us", "launch_us", "roofline_us",
     "modeled_over_roofline", "hbm_read_bytes", "hbm_write_bytes", "busy_fraction", "busiest_lane",
     "instructions", "peak_sbuf_bytes", "peak_psum_banks", "cpu_model_wall_s", "cpu_model_run_s",
@@ -72,7 +72,7 @@ def test_band_at_or_above_roofline_and_labelled_modeled(quick_run):
         assert r["label"] == MODELED, r["variant"]
         assert r["modeled_us"] >= r["best_us"] >= r["roofline_us"] > 0, r["variant"]
         assert math.isclose(r["modeled_over_roofline"], r["modeled_us"] / r["roofline_us"])
-        assert r["launch_us"] == costs.LAUNCH_PREAMBLE_US + costs.LAUNCH_EPILOGUE_US
+        assert r["launch_us"] == r["launches"] * (costs.LAUNCH_PREAMBLE_US + costs.LAUNCH_EPILOGUE_US)
 
 
 def test_metadata_lists_each_constant_with_its_band(quick_run):
@@ -102,3 +102,17 @@ def test_bad_arguments_are_rejected():
     args = sweep.parse_args(["--configs", "qwen3-next-80b tp4,Qwen3.5-27B:TP8", "--batches", "1,64"])
     assert [s.name for s in args.shapes] == ["Qwen3-Next-80B TP4", "Qwen3.5-27B TP8"]
     assert args.batches == [1, 64]
+
+
+def test_host_pipelines_add_up_their_launches(quick_run):
+    """0_staged is the five stage kernels back to back: its row is the sum of theirs, five launches."""
+    rows = {r["variant"]: r for r in quick_run[2]["rows"]}
+    for name in ("0_staged", "1_staged_tkg"):
+        parts = [rows[n] for n in VARIANTS_BY_NAME[name].launches]
+        r = rows[name]
+        assert r["launches"] == len(parts) > 1
+        for key in ("modeled_us", "best_us", "roofline_us", "launch_us"):
+            assert math.isclose(r[key], sum(p[key] for p in parts)), (name, key)
+        assert r["hbm_read_bytes"] == sum(p["hbm_read_bytes"] for p in parts)
+        assert r["instructions"] == sum(p["instructions"] for p in parts)
+    assert all(rows[n]["launches"] == 1 for n in ("2_scratch", "5_fused"))

@@ -15,7 +15,7 @@ import pytest
 import kernels
 import nki
 from kernels.configs import TEST_SHARDS, GDNShape, model_shard
-from kernels.gdn_block import gdn_block_tkg
+from kernels.gdn_block import gdn_block_tkg, gdn_block_tkg_gqa_index, gdn_block_tkg_onchip
 from kernels.gdn_block_scratch import gdn_block_tkg_scratch
 from kernels.gdn_staged import gdn_block_staged, gdn_block_staged_tkg
 from kernels.reference import gdn_block_tkg_ref, make_inputs, to_numpy, to_torch
@@ -29,6 +29,8 @@ VERSIONS = {                                # the composition steps, in book ord
     "staged": gdn_block_staged,
     "staged_tkg": gdn_block_staged_tkg,
     "scratch": nki.simulate(gdn_block_tkg_scratch),
+    "onchip": nki.simulate(gdn_block_tkg_onchip),
+    "gqa_index": nki.simulate(gdn_block_tkg_gqa_index),
     "fused": nki.simulate(gdn_block_tkg),
 }
 
