@@ -2,26 +2,50 @@
 
 Building blocks (plain functions the fused kernel calls):
   load_hidden_T(dst, hidden)               hidden [B, 1, H] @ HBM -> SBUF, H on partitions
-  project_columns(dst, hidden_T, W, col0)  a range of output channels of hidden @ W, channel-major
+  project_rows(dst, hidden_T, W, col0)     a range of output channels of hidden @ W, row-major
+                                           [B, n]: in SBUF, or straight to HBM rows
+  project_columns(dst, hidden_T, W, col0)  the same range channel-major on chip, [P, T, B]
 Entry point:
   in_proj_kernel(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b) -> mixed_qkv, z, a, b   (HBM -> HBM)
 
-The weight block is the stationary matmul operand and hidden^T [128, B] the moving one, so every
-matmul writes a channel-major [channels, B] PSUM tile: the project's on-chip layout, the one the
-conv1d and the per-head stages read. Decode projections are bound by the weight stream from HBM;
-the weights are read once, in large contiguous DMAs, through a bounded set of SBUF buffers.
+hidden^T is the stationary matmul operand ([128, B]: one contraction tile of 128 hidden features)
+and the weight streams through TensorE as the moving one ([128, <= 512 columns]), as the NKI
+library's qkv_tkg does: each matmul writes a row-major [B, 512] fp32 PSUM bank, accumulated over
+the H / 128 contraction tiles, so N output channels take (H / 128) * ceil(N / 512) matmuls. The
+other orientation (a [128, 128] weight block stationary, hidden moving) takes four times as many,
+and a decode matmul with B moving columns is not much cheaper than one with 512: in the trn2 cost
+model calibrated on measurements, a matmul loads its K stationary rows, then streams its moving
+columns, and costs at least 0.14 us (nkicpu/costs.py: LOAD_STATIONARY_CYCLES_PER_ROW,
+TENSOR_FLOOR_US): 0.14 us per 128 channels one way, 0.27 us per 512 this way. That made the other
+orientation TensorE-bound; this one stays under the weight stream. (The documented peak figures,
+with LoadStationary hidden, favour the other orientation, but there both are under the stream.)
+
+Row-major results go to HBM as they are (the standalone stage has no transposes). The
+channel-major layout the conv1d and the per-head stages read comes from TensorE transposes of
+[B, P] blocks of the fp32 sums (`project_columns`). Decode projections are bound by the weight
+stream from HBM: each weight is read once, in large contiguous DMAs, into buffers allocated per
+chunk so that the next chunk loads while TensorE consumes this one.
 """
 import nki
 import nki.isa as nisa
 import nki.language as nl
 
 from .checks import expect, expect_dtype, expect_multiple, expect_rank
-from .layout import load_channel_major, store_rows
+from .layout import load_channel_major
 
-P_MAX = 128                    # partitions; also the contraction tile of one matmul
-PSUM_BANK_FP32 = 512           # fp32 elements per partition in one 2 KiB PSUM bank
-WEIGHT_DMA_BYTES = 16 * 1024   # at most this many bytes per partition in one weight DMA (2 MiB per DMA)
-ACC_BANKS = 2                  # PSUM banks one column group accumulates in (the scheduler may hold 2 groups)
+# trn2 limits: reference/nki-api.md §4.4 (nc_matmul) and §2.7 (PSUM).
+P_MAX = 128                    # partitions: a matmul's contraction tile, its stationary free size (tokens)
+PSUM_BANK_FP32 = 512           # fp32 per partition in one 2 KiB PSUM bank: a matmul's moving free size
+# The DMA guides want >= 2 KiB, ideally >= 4 KiB, contiguous per partition (reference/nki-api.md §4.3).
+# estimate: more buys little (a DMA's ~2 us fixed latency overlaps the transfer ahead of it in its
+# queue) and costs a tail: the queues share the bandwidth, so the last few chunks land together and
+# their matmuls run after the stream. Modeled likely (trn2 cost model) at Qwen3.5-27B TP8, B = 1, this
+# stage / gdn_block_tkg: 16 KiB chunks (2 MiB per DMA) 94.0 / 129.4 us, 4 KiB 89.5 / 110.8 us.
+WEIGHT_DMA_BYTES = 4 * 1024    # at most this many bytes per partition in one weight DMA (or one row)
+# estimate: half of the 8 PSUM banks, so that the next column group can accumulate while this one
+# is evicted, and project_columns' transposes still find a bank.
+ACC_BANKS = 4                  # PSUM banks one column group accumulates in, over all its token chunks
+MAX_BATCH = ACC_BANKS * P_MAX  # chunks of 128 tokens in a group, each with a bank at least
 BF16_BYTES = 2
 
 
@@ -36,19 +60,21 @@ def load_hidden_T(dst, hidden):
         hidden: [B, 1, H] @ HBM, bf16.
 
     Returns:
-        hidden_T: the [128, KT, B] view dst.permute((0, 2, 1)), the moving operand layout that
-        `project_columns` takes (contraction tile kt is hidden_T[:, kt, :], one [128, B] tile).
+        hidden_T: the [128, KT, B] view dst.permute((0, 2, 1)) that `project_rows` and
+        `project_columns` take (contraction tile kt is hidden_T[:, kt, :], the [128, B]
+        stationary operand of every matmul of that tile).
 
     Notes:
-        - Partition p holds the KT consecutive hidden features p*KT .. p*KT + KT - 1 (h = p*KT + kt),
-          so a weight row block for one partition is a run of KT consecutive weight rows (see
-          `project_columns`).
+        - Partition p holds the KT consecutive hidden features p*KT .. p*KT + KT - 1 (h = p*KT + kt,
+          the NKI library's [H0, BxS, H1] layout), so the weight rows one partition contracts are KT
+          consecutive rows of W: a run of KT * N * 2 contiguous bytes (see `project_rows`). The
+          stationary tile hidden_T[:, kt, tokens] reads every KT-th element of dst, as qkv_tkg's
+          hidden_sb[:, :, h1] does in the same layout.
         - hidden moves as rows (kernels.layout.load_channel_major on the view [B, 128, KT]): one
           DMA per 128 tokens, a contiguous H * 2 bytes per partition, then KT TensorE transposes
           of [B, 128] (every KT-th element of the rows: features p*KT + kt) into PSUM, evicted by
-          one tensor_copy per bank (1024 // B transposes per bank). A DMA straight into
-          [128, B, KT] would move B * 128 runs of KT * 2 bytes (80 B at H = 5120), each a DMA
-          descriptor.
+          one tensor_copy per bank. A DMA straight into [128, B, KT] would move B * 128 runs of
+          KT * 2 bytes (80 B at H = 5120), each a DMA descriptor.
 
     Pseudocode:
         dst[p, b, kt] = hidden[b, 0, p * KT + kt]
@@ -58,6 +84,57 @@ def load_hidden_T(dst, hidden):
     # Rows [B, 128, KT] (feature p*KT + kt of token b at [b, p, kt]) into dst viewed as [128, 1, B, KT].
     load_channel_major(dst.expand_dim(1), hidden.reshape((B, P_MAX, KT)))
     return dst.permute((0, 2, 1))
+
+
+def project_rows(dst, hidden_T, W, col0=0):
+    """Project the token batch onto a range of W's output channels, row-major: [B, n] rows.
+
+    Dimensions:
+        B: batch (<= 512), H = 128 * KT: hidden size, N: W's output channels,
+        n: channels written, col0 .. col0 + n - 1.
+
+    Args:
+        dst: [B, n] @ SBUF (B <= 128) or @ HBM, bf16 (any float dtype) -- written:
+            dst[b, c] = (hidden @ W)[b, col0 + c], summed in fp32, rounded once. Views are fine
+            (e.g. a column slice of wider HBM rows).
+        hidden_T: [128, KT, B] @ SBUF, bf16 -- hidden_T[p, kt, b] = hidden[b, p*KT + kt], e.g. the
+            view `load_hidden_T` returns. Any free-dim strides.
+        W: [H, N] @ HBM, bf16 -- the weight in checkpoint layout (nn.Linear weight transposed).
+        col0: first output channel (a Python int).
+
+    Returns:
+        None; dst holds the projection.
+
+    Notes:
+        - hidden_T[:, kt, chunk] stationary ([128, <= 128 tokens]), weight rows moving
+          ([128, <= 512 columns]): each nc_matmul writes a [tokens, 512] fp32 PSUM bank, the H/128
+          contraction tiles accumulate in it (accumulate=False on the first, True after). Per
+          column group and chunk of 128 tokens: KT * ceil(width / 512) matmuls.
+        - Columns go in groups whose accumulators fit ACC_BANKS PSUM banks over all token chunks
+          (2048 columns for B <= 128). A group's weight rows stream once, in balanced row chunks
+          [128, g, width] of at most WEIGHT_DMA_BYTES per partition (g consecutive rows
+          h = p*KT + kt): one contiguous HBM run per partition when the group spans all of W's
+          columns, else g runs of width * 2 bytes. Every token chunk uses the chunk while it is
+          on chip, so B > 128 does not read the weight twice.
+        - Each weight chunk, accumulator and staging buffer is allocated inside its loop, so the
+          scheduler can load the next chunk while TensorE consumes this one.
+        - One tensor_copy per PSUM bank (alternately VectorE and ScalarE) rounds the fp32 sums to
+          dst's dtype. For an HBM dst they go to an SBUF staging tile, and the rows of a group
+          leave in one DMA per token chunk, one contiguous HBM run per token.
+
+    Pseudocode:
+        acc = np.zeros((B, n), np.float32)
+        for kt in range(KT):
+            rows = [p * KT + kt for p in range(128)]
+            acc += hidden_T[:, kt, :].T @ W[rows, col0:col0 + n]
+        dst[...] = acc.astype(dst.dtype)
+    """
+    B, n = dst.shape
+    W3 = _weight_view(W, hidden_T, dst, 0, col0, n, n)
+    chunks = _token_chunks(B)
+    width = _group_columns(B, 1)
+    for c in range(0, n, width):
+        _rows_group(dst[:, c:c + min(width, n - c)], hidden_T, W3, col0 + c, chunks)
 
 
 def project_columns(dst, hidden_T, W, col0=0):
@@ -70,6 +147,7 @@ def project_columns(dst, hidden_T, W, col0=0):
     Args:
         dst: [P, T, B] or [P, B] (T = 1) @ SBUF, bf16 (any float dtype) -- written:
             dst[p, t, b] = (hidden @ W)[b, col0 + t*P + p], summed in fp32, rounded once.
+            Any free-dim strides.
         hidden_T: [128, KT, B] @ SBUF, bf16 -- hidden_T[p, kt, b] = hidden[b, p*KT + kt], e.g. the
             view `load_hidden_T` returns. Any free-dim strides.
         W: [H, N] @ HBM, bf16 -- the weight in checkpoint layout (nn.Linear weight transposed).
@@ -79,102 +157,154 @@ def project_columns(dst, hidden_T, W, col0=0):
         None; dst holds the projection.
 
     Notes:
-        - Weight block stationary ([128 rows of H, P channels]), hidden_T[:, kt, :] moving
-          ([128, B]): each nc_matmul writes a [P, B] PSUM tile, channels on partitions. The H/128
-          contraction tiles accumulate in fp32 PSUM (accumulate=False on the first, True after).
-        - Columns go in groups whose fp32 accumulators fit ACC_BANKS PSUM banks ([P, 512 // B
-          tiles, B] per bank) and whose row slice fits WEIGHT_DMA_BYTES. A group streams its
-          columns in balanced row chunks [128, g, width] of at most WEIGHT_DMA_BYTES per
-          partition (g consecutive rows h = p*KT + kt): one contiguous HBM run per partition when
-          the group spans all of W's columns, else g runs of width * 2 bytes.
-        - Each chunk buffer is allocated inside the loop, so the scheduler can load the next chunk
-          while TensorE consumes this one.
+        - The matmuls and weight DMAs are `project_rows`'s (hidden stationary, weight moving,
+          groups of whole P-channel tiles within ACC_BANKS PSUM banks). A group's fp32 sums
+          are evicted row-major into SBUF, [tokens, width] fp32 (exact), and TensorE turns each
+          [tokens, P] block around (nc_transpose) into PSUM, [P, tokens] fp32, packed as many as
+          fit a bank; one tensor_copy per bank writes them into dst, rounding once. fp32 keeps
+          every PSUM write on whole 4-byte words, for any B (bf16 transposes of one token would
+          start at 2-byte offsets, which the compiler rejects).
+        - Per group and chunk of 128 tokens: one transpose per tile (T per call in all), about one
+          eviction per PSUM bank before them and one per bank after.
         - For the fused kernel: per head, call with dst [dk, n_heads, B] and col0 at the first
-          head's channel (P = dk); for a / b, dst [nv, B]. Narrow column ranges give shorter
-          weight runs (P * 2 bytes per row); project whole weights where the layout allows.
+          head's channel (P = dk); for a / b, dst [nv, B]. A column range narrower than W gives
+          weight runs of (its width) * 2 bytes per row; project whole weights where the layout
+          allows.
 
     Pseudocode:
-        acc = np.zeros((P, T, B), np.float32)
+        acc = np.zeros((B, T * P), np.float32)
         for kt in range(KT):
             rows = [p * KT + kt for p in range(128)]
-            for t in range(T):
-                cols = slice(col0 + t * P, col0 + (t + 1) * P)
-                acc[:, t, :] += W[rows, cols].T @ hidden_T[:, kt, :]
-        dst[...] = acc.astype(bf16)
+            acc += hidden_T[:, kt, :].T @ W[rows, col0:col0 + T * P]
+        dst[...] = acc.reshape(B, T, P).transpose(2, 1, 0).astype(dst.dtype)
     """
     if len(dst.shape) == 2:
         dst = dst.expand_dim(1)
     P, T, B = dst.shape
+    expect(P <= P_MAX, "dst", f"at most {P_MAX} partitions (channels per tile)", P)
+    W3 = _weight_view(W, hidden_T, dst, 2, col0, T * P, f"{T}*{P}")
+    chunks = _token_chunks(B)
+    tiles = _group_columns(B, P) // P
+    for t0 in range(0, T, tiles):
+        _columns_group(dst[:, t0:t0 + min(tiles, T - t0), :], hidden_T, W3, col0 + t0 * P, chunks)
+
+
+def _weight_view(W, hidden_T, dst, batch_dim, col0, n, n_text):
+    """Check a building block's operands: dst's batch in dim `batch_dim`, columns col0 .. col0 + n
+    (n_text) of W. Returns W viewed as [128, KT, N]: W3[p, kt, c] = W[p*KT + kt, c]."""
     H, N = W.shape
     KT = H // P_MAX
+    B = hidden_T.shape[2]
     expect(H % P_MAX == 0 and hidden_T.shape[0] == P_MAX and hidden_T.shape[1] == KT, "hidden_T",
            f"shape [128, H/128, B] for W's H = {H}", list(hidden_T.shape))
-    expect(hidden_T.shape[2] == B, "dst", f"batch {hidden_T.shape[2]} (of hidden_T) in its last dim",
-           list(dst.shape))
-    expect(P <= P_MAX, "dst", f"at most {P_MAX} partitions (channels per tile)", P)
-    expect(0 <= col0 and col0 + T * P <= N, "col0",
-           f"columns col0 .. col0 + {T}*{P} inside W's {N} columns", col0)
-    expect(B <= PSUM_BANK_FP32, "dst", f"batch B <= {PSUM_BANK_FP32} (the matmul moving free size)", B)
+    where = "first" if batch_dim == 0 else "last"
+    expect(dst.shape[batch_dim] == B, "dst", f"batch {B} (of hidden_T) in its {where} dim", list(dst.shape))
+    expect(0 <= col0 and col0 + n <= N, "col0", f"columns col0 .. col0 + {n_text} inside W's {N} columns", col0)
+    expect(B <= MAX_BATCH, "dst", f"batch B <= {MAX_BATCH} (chunks of 128 tokens, each accumulating in its own "
+                                  f"PSUM bank)", B)
+    return W.reshape((P_MAX, KT, N))
 
-    W3 = W.reshape((P_MAX, KT, N))                # W3[p, kt, n] = W[p*KT + kt, n]
-    tiles_per_bank = PSUM_BANK_FP32 // B
-    group_tiles = min(T, ACC_BANKS * tiles_per_bank, max(1, WEIGHT_DMA_BYTES // (P * BF16_BYTES)))
-    for t0 in range(0, T, group_tiles):
-        nt = min(group_tiles, T - t0)
-        c0 = col0 + t0 * P
-        width = nt * P
-        # fp32 accumulators of this column group, one PSUM bank each: [P, <= tiles_per_bank, B].
-        accs = []
-        for b0 in range(0, nt, tiles_per_bank):
-            accs.append(nl.ndarray((P, min(tiles_per_bank, nt - b0), B), dtype=nl.float32, buffer=nl.psum))
-        # Row chunks of at most WEIGHT_DMA_BYTES per partition, balanced (sizes differ by <= 1 row).
-        n_chunks = -(-KT // max(1, min(KT, WEIGHT_DMA_BYTES // (width * BF16_BYTES))))
-        for i in range(n_chunks):
-            kt0 = i * KT // n_chunks
-            g = (i + 1) * KT // n_chunks - kt0
-            w_sb = nl.ndarray((P_MAX, g, width), dtype=W.dtype, buffer=nl.sbuf)
-            nisa.dma_copy(dst=w_sb, src=W3[:, kt0:kt0 + g, c0:c0 + width])
-            for j in range(g):
-                kt = kt0 + j
-                for t in range(nt):
-                    acc = accs[t // tiles_per_bank]
-                    nisa.nc_matmul(dst=acc[:, t % tiles_per_bank, :],
-                                   stationary=w_sb[:, j, t * P:(t + 1) * P],
-                                   moving=hidden_T[:, kt, :],
-                                   accumulate=(kt > 0))
-        # Evict: one PSUM -> SBUF copy per bank, rounding the fp32 sums to dst's dtype once.
-        for i, acc in enumerate(accs):
-            tb = t0 + i * tiles_per_bank
-            nisa.tensor_copy(dst=dst[:, tb:tb + acc.shape[1], :], src=acc)
+
+def _token_chunks(B):
+    """(first token, tokens) of the chunks of at most 128 tokens: the stationary free size."""
+    chunks = []
+    for b0 in range(0, B, P_MAX):
+        chunks.append((b0, min(P_MAX, B - b0)))
+    return chunks
+
+
+def _group_columns(B, P):
+    """Columns of one group: whole P-channel tiles whose accumulators, ACC_BANKS // (token chunks)
+    banks per chunk, fit ACC_BANKS PSUM banks."""
+    banks = ACC_BANKS // len(_token_chunks(B))
+    return banks * PSUM_BANK_FP32 // P * P
+
+
+def _accumulate(hidden_T, W3, c0, width, chunks):
+    """The fp32 sums hidden @ W[:, c0:c0 + width] of every token chunk, in PSUM.
+
+    Returns accs: accs[i][j] is the [tokens of chunk i, <= 512] bank of columns c0 + 512 * j ...
+    The weight columns stream once, in row chunks of at most WEIGHT_DMA_BYTES per partition.
+    """
+    KT = W3.shape[1]
+    accs = []
+    for _, bb in chunks:
+        banks = []
+        for n0 in range(0, width, PSUM_BANK_FP32):
+            banks.append(nl.ndarray((bb, min(PSUM_BANK_FP32, width - n0)), dtype=nl.float32, buffer=nl.psum))
+        accs.append(banks)
+    # Row chunks of at most WEIGHT_DMA_BYTES per partition, balanced (sizes differ by <= 1 row).
+    n_chunks = -(-KT // max(1, min(KT, WEIGHT_DMA_BYTES // (width * BF16_BYTES))))
+    for i in range(n_chunks):
+        kt0 = i * KT // n_chunks
+        g = (i + 1) * KT // n_chunks - kt0
+        w_sb = nl.ndarray((P_MAX, g, width), dtype=W3.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=w_sb, src=W3[:, kt0:kt0 + g, c0:c0 + width])
+        for j in range(g):
+            kt = kt0 + j
+            for c, banks in enumerate(accs):
+                b0, bb = chunks[c]
+                for k, acc in enumerate(banks):
+                    n0 = k * PSUM_BANK_FP32
+                    nisa.nc_matmul(dst=acc, stationary=hidden_T[:, kt, b0:b0 + bb],
+                                   moving=w_sb[:, j, n0:n0 + acc.shape[1]], accumulate=(kt > 0))
+    return accs
+
+
+def _rows_group(dst, hidden_T, W3, c0, chunks):
+    """One column group of `project_rows`: dst [B, width] (SBUF or HBM) = hidden @ W[:, c0:c0 + width]."""
+    width = dst.shape[1]
+    accs = _accumulate(hidden_T, W3, c0, width, chunks)
+    to_hbm = nl.is_hbm(dst.buffer)
+    for c, banks in enumerate(accs):
+        b0, bb = chunks[c]
+        rows = nl.ndarray((bb, width), dtype=dst.dtype, buffer=nl.sbuf) if to_hbm else dst[b0:b0 + bb, :]
+        for k, acc in enumerate(banks):
+            _evict(rows[:, k * PSUM_BANK_FP32:k * PSUM_BANK_FP32 + acc.shape[1]], acc, k)
+        if to_hbm:
+            nisa.dma_copy(dst=dst[b0:b0 + bb, :], src=rows)
+
+
+def _columns_group(dst, hidden_T, W3, c0, chunks):
+    """One column group of `project_columns`: dst [P, nt, B] channel-major, via fp32 row-major sums."""
+    P, nt, _ = dst.shape
+    width = nt * P
+    accs = _accumulate(hidden_T, W3, c0, width, chunks)
+    for c, banks in enumerate(accs):
+        b0, bb = chunks[c]
+        sums = nl.ndarray((bb, width), dtype=nl.float32, buffer=nl.sbuf)     # row-major, exact
+        for k, acc in enumerate(banks):
+            _evict(sums[:, k * PSUM_BANK_FP32:k * PSUM_BANK_FP32 + acc.shape[1]], acc, k)
+        per_bank = PSUM_BANK_FP32 // bb                                      # [P, bb] fp32 transposes
+        for i0 in range(0, nt, per_bank):
+            m = min(per_bank, nt - i0)
+            ps = nl.ndarray((P, m, bb), dtype=nl.float32, buffer=nl.psum)
+            for i in range(m):
+                t = i0 + i
+                nisa.nc_transpose(dst=ps[:, i, :], data=sums[:, t * P:(t + 1) * P], engine=nisa.engine.tensor)
+            _evict(dst[:, i0:i0 + m, b0:b0 + bb], ps, i0 // per_bank)
+
+
+def _evict(dst, psum, i):
+    """PSUM -> SBUF copy, alternately on VectorE and ScalarE so that two run at once. Both round
+    the same way: a converting copy goes through fp32 to dst's dtype on either engine (the
+    nisa.tensor_copy doc, nki/api/nki/isa/__init__.py)."""
+    engine = nisa.engine.scalar if i % 2 else nisa.engine.vector
+    nisa.tensor_copy(dst=dst, src=psum, engine=engine)
 
 
 def in_proj_hbm(outs, hidden, weights):
     """The stage's HBM -> HBM body: outs[i] [B, N_i] @ HBM = hidden @ weights[i], hidden loaded once.
 
     Called by the standalone entry point (outputs in shared HBM) and by the reference-design fused
-    kernel (HBM scratch).
+    kernel (HBM scratch). The rows go straight to HBM (`project_rows`): no transposes. The
+    projections run last to first (b, a, z, qkv): TensorE is in order, so the narrow a and b
+    projections run while the wide weights stream in, not after the last of them has arrived.
     """
     B, _, H = hidden.shape
     hidden_T = load_hidden_T(nl.ndarray((P_MAX, B, H // P_MAX), dtype=nl.bfloat16, buffer=nl.sbuf), hidden)
-    for out, W in zip(outs, weights):
-        _project_to_hbm(out, hidden_T, W)
-
-
-def _project_to_hbm(out, hidden_T, W):
-    """Entry-point helper: out [B, N] @ HBM = hidden @ W, via 128-channel tiles and a tail tile.
-
-    The channel-major tiles leave as rows (`store_rows`: TensorE transposes, contiguous row DMAs).
-    """
-    B, N = out.shape
-    full, tail = N // P_MAX, N % P_MAX
-    if full > 0:
-        tiles = nl.ndarray((P_MAX, full, B), dtype=nl.bfloat16, buffer=nl.sbuf)
-        project_columns(tiles, hidden_T, W, col0=0)
-        store_rows(out[:, 0:full * P_MAX], tiles)
-    if tail > 0:
-        last = nl.ndarray((tail, B), dtype=nl.bfloat16, buffer=nl.sbuf)
-        project_columns(last, hidden_T, W, col0=full * P_MAX)
-        store_rows(out[:, full * P_MAX:N], last)
+    for i in range(len(outs) - 1, -1, -1):
+        project_rows(outs[i], hidden_T, weights[i])
 
 
 @nki.jit
@@ -201,12 +331,11 @@ def in_proj_kernel(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b):
           [B, 1, H], H not a multiple of 128, B > 512, a weight whose rows are not H, W_in_b not the
           shape of W_in_a, any dtype other than bf16.
         - hidden is loaded once (load_hidden_T) and feeds all four projections; each weight
-          streams from HBM exactly once (project_columns). Decode is weight-DMA bound:
+          streams from HBM exactly once (project_rows). Decode is weight-DMA bound:
           2 * H * (conv_dim + value_dim + 2*nv) bytes.
-        - On chip the results are channel-major [channels, B]; they leave as rows
-          (kernels.layout.store_rows: TensorE transposes, one eviction per PSUM bank, one
-          contiguous row DMA per output and 128 tokens; a store through a transposing HBM view
-          would move 2-byte elements, one DMA descriptor each).
+        - TensorE: (H / 128) * ceil(N / 512) matmuls per weight of N columns and chunk of 128
+          tokens (hidden stationary, weight moving), no transposes: the row-major PSUM sums leave
+          as rows, one contiguous DMA per column group and 128 tokens.
 
     Pseudocode:
         x = hidden[:, 0, :].astype(np.float32)
@@ -217,7 +346,8 @@ def in_proj_kernel(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b):
     B, S, H = hidden.shape
     expect(S == 1, "hidden", "one decode token, shape [B, 1, H]", f"shape {list(hidden.shape)}")
     expect_multiple(H, P_MAX, "hidden", "hidden size H")
-    expect(B <= PSUM_BANK_FP32, "hidden", f"batch B <= {PSUM_BANK_FP32} (the matmul moving free size)", B)
+    expect(B <= MAX_BATCH, "hidden", f"batch B <= {MAX_BATCH} (chunks of 128 tokens, each accumulating in its "
+                                     f"own PSUM bank)", B)
     expect_dtype(hidden, "hidden", nl.bfloat16)
     weights = (("W_in_qkv", W_in_qkv), ("W_in_z", W_in_z), ("W_in_a", W_in_a), ("W_in_b", W_in_b))
     for arg, W in weights:

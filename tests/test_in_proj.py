@@ -1,8 +1,10 @@
 """Stage 1, in_proj: kernels/in_proj.py against kernels.reference.in_proj_ref.
 
-Tiny shapes (ragged channel counts: a 128-channel tile plus a tail tile), the real per-device
-shards at B = 1, 3, 8, large-magnitude and all-zero hidden (gdn-math.md §4, cases 7 and 11), the
-building block on a per-head column range, inputs left unmodified, and one test per validation.
+Tiny shapes (ragged channel counts), the real per-device shards at B = 1, 3, 8, more than 128
+tokens (chunks of the stationary operand), large-magnitude and all-zero hidden (gdn-math.md §4,
+cases 7 and 11), the instruction plan (hidden stationary, weights moving in large contiguous
+DMAs, no transposes in the standalone stage), both building blocks on column ranges, inputs left
+unmodified, and one test per validation.
 """
 import functools
 
@@ -16,7 +18,7 @@ import nki.isa as nisa
 import nki.language as nl
 import nkicpu
 from kernels.configs import GDNShape
-from kernels.in_proj import in_proj_kernel, load_hidden_T, project_columns
+from kernels.in_proj import in_proj_kernel, load_hidden_T, project_columns, project_rows
 from kernels.reference import in_proj_ref, make_inputs, to_numpy, to_torch
 from tests.gdn_testing import (SHARD_SHAPES, TINY_SHAPES, assert_output_close, hbm_runs, run_unmodified,
                                shapes_param)
@@ -25,6 +27,8 @@ ARGS = ("hidden", "W_in_qkv", "W_in_z", "W_in_a", "W_in_b")
 OUTS = ("mixed_qkv", "z", "a", "b")
 BF16 = ml_dtypes.bfloat16
 SMALL = GDNShape(B=2, H=256, nk=1, nv=2, dk=32, dv=32, name="small")
+# More than 128 tokens: 2 or 3 chunks of the stationary operand; conv_dim 1024, value_dim 512.
+WIDE_BATCH = GDNShape(B=300, H=256, nk=2, nv=4, name="wide batch")
 
 
 def stage_inputs(shape, seed=0, **overrides):
@@ -62,6 +66,13 @@ def test_matches_reference_tiny(shape):
 @shapes_param(SHARD_SHAPES)
 def test_matches_reference_shards(shape):
     check(shard_inputs(shape))
+
+
+@pytest.mark.parametrize("batch", [130, 300])
+def test_matches_reference_more_than_128_tokens(batch):
+    """B > 128: the tokens go in chunks of 128 (the matmul's stationary free size) that share each
+    weight chunk; 3 chunks also narrow the column groups to one PSUM bank each."""
+    check(stage_inputs(WIDE_BATCH.with_batch(batch)))
 
 
 def test_large_magnitude_hidden():
@@ -115,23 +126,65 @@ def test_weights_stream_once_in_large_dmas():
     assert c.peak_psum_banks <= 4
 
 
+def _input_allocs(c):
+    """The allocation ids of the kernel's inputs, in argument order (allocated first, in order)."""
+    return sorted({a.alloc for i in c.instructions for a in i.reads if a.buffer == "private_hbm"})
+
+
+@pytest.mark.parametrize("shape", [SHARD_SHAPES[-1], WIDE_BATCH], ids=["Qwen3.5-0.8B-TP1-B8", "B300"])
+def test_matmuls_hidden_stationary_weights_moving(shape):
+    """The instruction plan: every matmul has a [128, <= 128 tokens] slice of hidden_T stationary
+    and a [128, <= 512] block of weight rows moving, (H / 128) * ceil(N / 512) matmuls per weight
+    and chunk of 128 tokens; no TensorE transpose after the first matmul (the rows leave as they
+    are); PSUM stays within the 4 banks of one column group."""
+    args = shard_inputs(shape) if shape in SHARD_SHAPES else stage_inputs(shape)
+    c = nkicpu.capture(in_proj_kernel)(*args)
+    weight_of = {}                                        # SBUF weight chunk -> input index
+    inputs = _input_allocs(c)
+    for ins in c.instructions:
+        if ins.opcode == "dma_copy" and ins.reads[0].buffer == "private_hbm":
+            weight_of[ins.writes[0].alloc] = inputs.index(ins.reads[0].alloc)
+    matmuls = [i for i in c.instructions if i.opcode == "nc_matmul"]
+    first = matmuls[0].index
+    assert not [i for i in c.instructions if i.opcode == "nc_transpose" and i.index > first]
+    stationary = {m.reads[0].alloc for m in matmuls}
+    assert len(stationary) == 1 and stationary.isdisjoint(weight_of)      # one hidden_T, not a weight
+    per_weight = [0] * len(args)
+    for m in matmuls:
+        s, mv = m.reads[0], m.reads[1]
+        assert s.partitions == 128 and s.free_elements <= 128
+        assert mv.partitions == 128 and mv.free_elements <= 512
+        per_weight[weight_of[mv.alloc]] += 1
+    KT, chunks = shape.H // 128, -(-shape.B // 128)
+    widths = [shape.conv_dim, shape.value_dim, shape.nv, shape.nv]
+    assert per_weight == [0] + [KT * chunks * -(-n // 512) for n in widths]      # hidden never moves
+    assert c.peak_psum_banks <= 4
+
+
 def test_hidden_and_outputs_move_as_rows():
-    """hidden and the four outputs move as rows (kernels.layout): each of their DMAs moves one
-    contiguous HBM run per partition, a whole row or a piece of at least 2 KiB (a transposing
-    view would move 2-byte elements for the outputs and KT * 2 bytes for hidden)."""
+    """hidden and the four outputs move as rows: each of their DMAs moves one contiguous HBM run
+    per partition, a whole row or a piece of at least 2 KiB (a transposing view would move 2-byte
+    elements for the outputs and KT * 2 bytes for hidden); hidden in one DMA, each output's DMAs
+    write it exactly once between them."""
     shape = SHARD_SHAPES[-1]
     args = shard_inputs(shape)
     c = nkicpu.capture(in_proj_kernel)(*args)
-    hidden_alloc = min(i.reads[0].alloc for i in c.instructions
-                       if i.opcode == "dma_copy" and i.reads[0].buffer == "private_hbm")
+    hidden_alloc = _input_allocs(c)[0]
     rows = {shape.H * 2, shape.conv_dim * 2, shape.value_dim * 2, shape.nv * 2}
-    moved = [i for i in c.instructions if i.opcode == "dma_copy"
-             and (i.writes[0].buffer == "shared_hbm" or i.reads[0].alloc == hidden_alloc)]
-    assert len(moved) == 5
-    for ins in moved:
+    loads = [i for i in c.instructions if i.opcode == "dma_copy" and i.reads[0].alloc == hidden_alloc]
+    stores = [i for i in c.instructions if i.opcode == "dma_copy" and i.writes[0].buffer == "shared_hbm"]
+    assert len(loads) == 1
+    written = {}
+    for ins in loads + stores:
         _, run, contiguous = hbm_runs(ins)
         assert contiguous, ins
         assert run in rows or run >= 2048, (run, ins)
+    for ins in stores:
+        written.setdefault(ins.writes[0].alloc, []).extend(ins.writes[0].indices())
+    assert sorted(len(v) for v in written.values()) == sorted(shape.B * n for n in
+                                                              (shape.conv_dim, shape.value_dim, shape.nv, shape.nv))
+    for elements in written.values():
+        assert len(set(elements)) == len(elements)                         # no element written twice
 
 
 def test_zero_hidden_gives_exact_zeros():
@@ -162,15 +215,50 @@ def _per_head_kernel(hidden, W, col0, n_heads, head_dim):
     return out
 
 
-@pytest.mark.parametrize("col0, n_heads, head_dim", [(128, 3, 128), (96, 2, 32)])
-def test_building_block_projects_a_column_range(col0, n_heads, head_dim):
-    shape = SHARD_SHAPES[0]  # Qwen3-Next-80B TP4, B = 1: conv_dim 2048
-    args = stage_inputs(shape.with_batch(3))
+@pytest.mark.parametrize("shape, col0, n_heads, head_dim", [
+    (SHARD_SHAPES[0].with_batch(3), 128, 3, 128),     # Qwen3-Next-80B TP4: conv_dim 2048
+    (SHARD_SHAPES[0].with_batch(3), 96, 2, 32),
+    (SHARD_SHAPES[0].with_batch(1), 0, 16, 128),      # all of W_in_qkv, one token (fp32 transposes)
+    (WIDE_BATCH.with_batch(130), 128, 6, 128),        # two token chunks
+], ids=["heads-1-3", "dk32", "all-B1", "B130"])
+def test_building_block_projects_a_column_range(shape, col0, n_heads, head_dim):
+    args = stage_inputs(shape)
     got = nki.simulate(_per_head_kernel)(args[0], args[1], col0, n_heads, head_dim)
     mixed_qkv = reference(args)[0]
     cols = mixed_qkv[:, col0:col0 + n_heads * head_dim]                     # [B, n_heads * head_dim]
-    want = cols.reshape(3, n_heads, head_dim).transpose(2, 1, 0)            # [head_dim, n_heads, B]
+    want = cols.reshape(shape.B, n_heads, head_dim).transpose(2, 1, 0)      # [head_dim, n_heads, B]
     assert_output_close(got, np.ascontiguousarray(want), "heads")
+
+
+@nki.jit
+def _rows_kernel(hidden, W, col0, n, dst_batch):
+    """project_rows into an SBUF tile [dst_batch, n]: columns col0 .. col0 + n - 1 of hidden @ W."""
+    B, _, H = hidden.shape
+    hid = nl.ndarray((128, B, H // 128), dtype=nl.bfloat16, buffer=nl.sbuf)
+    hidden_T = load_hidden_T(hid, hidden)
+    rows = nl.ndarray((dst_batch, n), dtype=nl.bfloat16, buffer=nl.sbuf)
+    project_rows(rows, hidden_T, W, col0=col0)
+    out = nl.ndarray((dst_batch, n), dtype=nl.bfloat16, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=rows)
+    return out
+
+
+@pytest.mark.parametrize("batch, col0, n", [(1, 96, 200), (3, 0, 2048), (128, 1000, 1048)])
+def test_project_rows_into_sbuf(batch, col0, n):
+    """The row-major building block with an SBUF dst, on a column range (groups of 2048 columns)."""
+    args = stage_inputs(SHARD_SHAPES[0].with_batch(batch))
+    got = nki.simulate(_rows_kernel)(args[0], args[1], col0, n, batch)
+    assert_output_close(got, np.ascontiguousarray(reference(args)[0][:, col0:col0 + n]), "rows")
+
+
+@pytest.mark.parametrize("col0, n, dst_batch, message", [
+    (100, 60, 2, r"col0: expected columns col0 .. col0 \+ 60 inside W's 128 columns, got 100"),
+    (0, 64, 3, r"dst: expected batch 2 \(of hidden_T\) in its first dim, got \[3, 64\]"),
+], ids=["columns-outside-W", "batch-mismatch"])
+def test_project_rows_rejects_misuse(col0, n, dst_batch, message):
+    hidden, W_in_qkv = stage_inputs(SMALL)[:2]
+    with pytest.raises(ValueError, match=message):
+        nki.simulate(_rows_kernel)(hidden, W_in_qkv, col0, n, dst_batch)
 
 
 def test_building_block_rejects_columns_outside_W():
@@ -195,7 +283,8 @@ def _block_misuse_kernel(hidden, W, dst_batch, n_kt):
 @pytest.mark.parametrize("batch, dst_batch, n_kt, message", [
     (2, 3, 2, r"dst: expected batch 2 \(of hidden_T\) in its last dim, got \[32, 1, 3\]"),
     (2, 2, 1, r"hidden_T: expected shape \[128, H/128, B\] for W's H = 256, got \[128, 1, 2\]"),
-    (513, 513, 2, r"dst: expected batch B <= 512 \(the matmul moving free size\), got 513"),
+    (513, 513, 2, r"dst: expected batch B <= 512 \(chunks of 128 tokens, each accumulating in its own PSUM "
+                  r"bank\), got 513"),
 ], ids=["batch-mismatch", "hidden_T-not-all-of-H", "batch-over-512"])
 def test_building_block_rejects_misuse(batch, dst_batch, n_kt, message):
     hidden = np.zeros((batch, 1, 256), BF16)
