@@ -14,13 +14,20 @@ in the free dim, so one instruction serves every pair of a chunk:
   DMA moves F * dv * 4 = 2 KiB contiguous per partition and pair (one row per partition would move
   512 B, a fifth of the DMA bandwidth), and R = 4 pairs fill the 128 partitions of a state tile.
   TensorE moves data between the channel-major and the folded layouts: selector matmuls lay [k, q]
-  out block-diagonally for S^T [k, q] (F accumulating matmuls per tile, one per pair), and the
-  rank-1 update k delta^T of a whole tile is one matmul over 16 (pair, fold row) rows of
-  block-diagonal k rows and masked delta rows. One VectorE instruction per tile then applies
-  decay * S + k delta^T.
+  out block-diagonally for S^T [k, q] (F accumulating matmuls per tile, one per pair). The update
+  of a tile is two matmuls into one PSUM bank: the diagonal matrix of its R pairs' decays times S,
+  then the rank-1 updates k delta^T, one matmul over 16 (pair, fold row) rows of block-diagonal k
+  rows and masked delta rows; ScalarE evicts the new state. (A VectorE decay-and-add per tile, two
+  512-element fp32 inputs per partition, ~1.2 us, left VectorE ~1.8 us of work per tile with the
+  per-pair math: more than the tile's 512 KiB of state DMAs take at 368 GB/s, ~1.4 us.)
+* The state streams through a ring of STATE_BUFFERS sub-chunk buffers, software-pipelined in
+  program order, the order every engine and DMA queue keeps: the loads run three sub-chunks ahead
+  of compute, TensorE works on the next sub-chunk while the other engines prepare the current
+  update, and the next chunk's per-pair inputs are prepared in phases under the current one.
 
-About 2.4 instructions per (b, h) pair at 128 pairs: F / R = 1 matmul for S^T [k, q], and per tile
-of R pairs one outer-product matmul and one VectorE update, plus ~70 shared by the chunk.
+About 3 instructions per (b, h) pair at 128 pairs: F / R = 1 matmul for S^T [k, q], and per tile
+of R pairs two matmuls and two ScalarE copies (the decay diagonal, the eviction), plus a state DMA
+each way per DMA_TILES tiles, ~11 per sub-chunk of 32 pairs and ~50 for the call and the chunk.
 """
 import nki
 import nki.language as nl
@@ -33,7 +40,16 @@ L2NORM_EPS = 1e-6          # l2norm(x) = x * rsqrt(sum(x^2) + eps): eps inside t
 PMAX = 128                 # partitions
 QUADRANT = 32              # SBUF partition quadrant = TensorE row tile on trn2
 PSUM_FMAX = 512            # fp32 elements of one 2 KiB PSUM bank: a matmul's moving free size on trn2
-DMA_TILES = 8              # state tiles (R pairs each) per DMA: 2 MiB at dk = dv = 128
+# State tiles (R pairs each) per DMA: 512 KiB at dk = dv = 128, a sub-chunk in 4 DMAs each way. DMA
+# queues are in order and take the DMAs in turn (estimate: nkicpu.costs.DMA_QUEUES, 4 round-robin
+# queues), so a sub-chunk's pieces lead their queues and it lands before the next one starts; as
+# one 2 MiB DMA it would share the bandwidth with the next sub-chunks' loads and land with them.
+DMA_TILES = 2
+# Sub-chunk state buffers on chip: loads run STATE_BUFFERS - 1 sub-chunks ahead of compute, and a
+# load waits only for the store its buffer held, ordered one sub-chunk earlier. estimate: the
+# modeled profile (trn2 cost model) of Qwen3-Next-80B TP4 at B = 32, 64 with 3 buffers has loads
+# waiting on stores that wait on compute (7-12 % slower); 5 buffers gain nothing.
+STATE_BUFFERS = 4
 
 
 def state_fold(dk, dv):
@@ -62,12 +78,13 @@ def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurren
 
     The building block of stage 4, called by the standalone kernel and by the fused decode kernel.
     It writes `o` and `new_state` and allocates only its own temporaries (constants, fp32 tiles,
-    PSUM, the on-chip state of one chunk).
+    PSUM, a ring of on-chip state buffers).
 
     Dimensions:
         B: batch; nv: value heads (<= 128); nq: heads of q and k, nv (expanded) or nk (key heads);
         G = nv / nq; dk: head_k_dim (<= 128); dv: head_v_dim (<= 128);
         a chunk: bc = max(1, 128 // nv) batch rows x all nv heads, n = bc * nv <= 128 (b, h) pairs;
+        a sub-chunk: up to 128 // F pairs of a chunk (32), the unit the state streams in;
         the state fold (state_fold): F rows per partition, R pairs per partition tile
         (F = R = 4 at dk = dv = 128), Pd = dk / F partitions per pair
 
@@ -98,28 +115,40 @@ def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurren
           ([dk, nv, B]) are the case G = 1. The l2norm runs on the expanded pairs (G x the work of
           a key-head norm, a few hundred elements per partition).
         - Per chunk: the gates, norms, k . q and the block-diagonal [k, q] of all pairs at once
-          (~21 instructions); then the state streams through in sub-chunks of 128 // F pairs (32),
-          each with one state DMA in and one out per DMA_TILES tiles, ~12 instructions for its
-          delta, o and outer-product operands, and per tile of R pairs F matmuls for S^T [k, q]
-          (one per pair at F = R), one outer-product matmul and one VectorE decay-and-add. At 128
-          pairs the standalone kernel issues 301 instructions (with its loads and stores), about
-          2.4 per pair.
+          (~21 instructions); then the state streams through in sub-chunks, each with a state DMA
+          in and one out per DMA_TILES tiles (512 KiB), ~11 instructions for its delta, o and
+          outer-product operands, and per tile of R pairs F matmuls for S^T [k, q] (one per pair
+          at F = R), a ScalarE copy that builds the decay diagonal, the decay and outer-product
+          matmuls and a ScalarE eviction. At 128 pairs the standalone kernel issues 386
+          instructions (with its loads and stores), about 3.0 per pair.
+        - Streaming (_stream): the sub-chunks of all chunks pass through a ring of STATE_BUFFERS
+          (4) state buffers, and the program order is the schedule, since every engine and DMA
+          queue runs in it. Sub-chunk i first orders the load of sub-chunk i + 3, into the buffer
+          sub-chunk i - 1 has just ordered to store; TensorE computes S^T [k, q] of i + 1 before
+          the update of i, while VectorE, ScalarE and GpSimd build that update's operands; the
+          next chunk's per-pair inputs are prepared in three phases during the current chunk's
+          first sub-chunks (_chunk), so no engine waits for their chain. So the loads run ahead
+          of compute and the stores behind it, and the state stream keeps the DMA queues busy.
         - Engines: TensorE does every sum over partitions (norms, k . q, S^T [k, q]), the gate
-          broadcast, the layout changes (selector matmuls, transposes) and the outer products;
-          VectorE the per-pair elementwise math, the 0/1 mask multiplies (reading the selector
-          matmuls' PSUM directly) and the state update (reading PSUM); ScalarE the
-          transcendental functions (softplus, exp, sigmoid, square, rsqrt) and PSUM evictions;
-          GpSimd the constants and SBUF copies only: it runs no float arithmetic on trn2
-          (neuronx-cc: "TensorTensor cannot run on engine Pool").
+          broadcast, the layout changes (selector matmuls, transposes), the decay (a matmul by a
+          diagonal) and the outer products; VectorE the per-pair elementwise math and the 0/1 mask
+          multiplies (reading the selector matmuls' PSUM directly), nothing per state tile;
+          ScalarE the transcendental functions (softplus, exp, sigmoid, square, rsqrt), the decay
+          diagonals and the PSUM evictions, the new state among them; GpSimd the constants and
+          SBUF copies only: it runs no float arithmetic on trn2 (neuronx-cc: "TensorTensor cannot
+          run on engine Pool").
         - Rounding: q, k, gates, state and all sums in fp32. S^T k is read from the state before
           the decay and scaled after (exp(g) S^T k), and o = exp(g) S^T q + (k . q) delta: both equal
           the reference's order of operations up to fp32 rounding. The new state is
-          fp32(fp32(exp(g) S) + k delta^T), as in the reference. o is rounded once to o.dtype.
+          fp32(fp32(exp(g) S) + k delta^T), as in the reference: PSUM accumulates the two
+          matmuls in fp32, and each of their sums has one non-zero term. This takes TensorE's fp32
+          products to round as an fp32 multiply does, as nkicpu models them (the documentation
+          gives no precision for fp32 matmuls). o is rounded once to o.dtype.
         - exp(g) may underflow to 0 (large A_log or a + dt_bias): the state then becomes k delta^T,
           finite. Zero q, k (and state) give o = 0 and a zero state exactly (0 * rsqrt(eps) = 0).
-        - Constraints: dk, dv, nv <= 128; nv a multiple of nq. Per partition SBUF holds the chunk's
-          folded state (64 KiB at 128 pairs of 128 x 128) plus ~21 KiB of temporaries; PSUM at
-          most 5 banks.
+        - Constraints: dk, dv, nv <= 128; nv a multiple of nq. Per partition SBUF holds the state
+          ring (64 KiB at dk = dv = 128, whatever B) plus up to ~31 KiB for two chunks' per-pair
+          inputs and the temporaries; PSUM at most 5 banks.
 
     Pseudocode:
         G = nv // nq
@@ -158,16 +187,15 @@ def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurren
     fold = state_fold(dk, dv)
     consts = _constants(dk, dv, nv, fold)
     gates = _gates(a, b, A_log, dt_bias)                  # [nv, 2, B] fp32: decay, beta
-    bc = max(1, PMAX // nv)
-    for b0 in range(0, B, bc):
-        _chunk(o, new_state, q, k, v, gates, recurrent_state, consts, fold, b0, min(bc, B - b0))
+    _stream(o, new_state, q, k, v, gates, recurrent_state, consts, fold)
 
 
 def _constants(dk, dv, nv, fold):
     """0/1 fp32 tiles every chunk uses, built once on GpSimd and VectorE.
 
     ones [P, P]; ident [128, 128]; div_f[p, c] = (p // F == c) [128, 128 / F];
-    mod_f[p, c] = (p % F == c) [128, F]; mask_r[p, r] = (p // Pd == r) [R * Pd, R];
+    mod_f[p, c] = (p % F == c) [128, F]; quad_f[p, c] = (p // F % W == c) [128, W], W = 32 / F
+    pairs per quadrant of (pair, fold row) rows; mask_r[p, r] = (p // Pd == r) [R * Pd, R];
     mask_p[p, c] = (p // Pd == c % R) [R * Pd, >= 128]; sel[i, i1, r, i0] = (i == i0 * F + i1)
     [dk, F, R, Pd] (TensorE moves row i0 * F + i1 of every pair to partition r * Pd + i0 with it).
     """
@@ -187,6 +215,10 @@ def _constants(dk, dv, nv, fold):
     nisa.tensor_reduce(c["div_f"], nl.add, by_f, axis=2)
     c["mod_f"] = nl.ndarray((PMAX, F), nl.float32, name="mod_f")
     nisa.tensor_reduce(c["mod_f"], nl.add, by_f.permute((0, 2, 1)), axis=2)
+    W = QUADRANT // F
+    c["quad_f"] = nl.ndarray((PMAX, W), nl.float32, name="quad_f")
+    by_w = c["div_f"].reshape_dim(1, (PMAX // QUADRANT, W))             # [p, q, w]: (p // F == q * W + w)
+    nisa.tensor_reduce(c["quad_f"], nl.add, by_w.permute((0, 2, 1)), axis=2)
     c["mask_r"] = nl.ndarray((RP, R), nl.float32, name="mask_r")
     nisa.tensor_reduce(c["mask_r"], nl.add, ident[0:RP, 0:RP].reshape_dim(1, (R, Pd)), axis=2)
     tiles = -(-PMAX // R)
@@ -216,55 +248,144 @@ def _gates(a, b, A_log, dt_bias):
     return gates
 
 
-def _chunk(o, new_state, q, k, v, gates, recurrent_state, consts, fold, b0, bc):
-    """Batch rows b0 .. b0+bc-1, all nv heads: n = bc * nv pairs, pair p = bi * nv + h.
+def _steps(B, nv, fold):
+    """The sub-chunks in stream order: (b0, bc, s0, mc) = pairs s0 .. s0+mc-1 of the chunk of batch
+    rows b0 .. b0+bc-1 (chunk pair p = bi * nv + h), at most 128 // F pairs each (the rows of one
+    outer-product build), a multiple of R."""
+    F, R = fold
+    rows = max(1, PMAX // nv)
+    m = (PMAX // F) // R * R
+    steps = []
+    for b0 in range(0, B, rows):
+        bc = min(rows, B - b0)
+        steps += [(b0, bc, s0, min(m, bc * nv - s0)) for s0 in range(0, bc * nv, m)]
+    return steps
 
-    What every pair needs (gates, norms, k . q, the block-diagonal [k, q]) is computed for the
-    whole chunk; the state then streams through in sub-chunks of m pairs (the rows of one
-    outer-product build), so sub-chunk s + 1 loads while s updates and s - 1 stores.
+
+def _stream(o, new_state, q, k, v, gates, recurrent_state, consts, fold):
+    """The state through the update, sub-chunk by sub-chunk (steps), software-pipelined.
+
+    Engines and DMA queues run their instructions in program order, so the order is the schedule:
+    * The state of step i sits in buffer i % STATE_BUFFERS of a ring. Step i first orders the load
+      of step i + STATE_BUFFERS - 1, into the buffer that step i - 1 has ordered to store, so loads
+      run that far ahead of compute and a load waits only for a store ordered before it.
+    * ScalarE builds the step's decay diagonals first (they need only the chunk's decays);
+      TensorE computes S^T [k, q] of step i + 1 before step i's update, while VectorE, ScalarE and
+      GpSimd build the update's operands.
+    * The next chunk's per-pair inputs are prepared in phases (_chunk) from its predecessor's first
+      step on, one phase per step under the update, all that is left before its first S^T [k, q].
+    """
+    dk, _, B = q.shape
+    dv, nv, _ = v.shape
+    F, R = fold
+    steps = _steps(B, nv, fold)
+    rows = {b0: bc for b0, bc, _, _ in steps}
+    slots = min(STATE_BUFFERS, len(steps))
+    tiles = max(-(-mc // R) for *_, mc in steps)
+    ring = nl.ndarray((R * (dk // F), slots, tiles, F * dv), nl.float32, name="state_ring")
+
+    def move(i, load):
+        b0, _, s0, mc = steps[i]
+        hbm = recurrent_state if load else new_state
+        _move_state(ring[:, i % slots], hbm, b0 * nv + s0, mc, fold, load)
+
+    def prepare(b0):                  # a chunk's preparation: a generator of its phases
+        return _chunk(o.dtype, q, k, v, gates, consts, fold, b0, rows[b0])
+
+    ahead = STATE_BUFFERS - 1
+    for i in range(min(ahead, len(steps))):
+        move(i, load=True)
+    chunk = _rest(prepare(0), None)
+    kvsq = _state_products(ring[:, 0], chunk["x"], 0, steps[0][3], fold)
+    following, phases = None, iter(())   # the next chunk's dict, and its phases still to run
+    for i, (b0, bc, s0, mc) in enumerate(steps):
+        if i + ahead < len(steps):
+            move(i + ahead, load=True)
+        diag = _decay_diagonals(chunk["decay"], s0, mc, fold, consts)
+        if s0 == 0 and b0 + bc < B:
+            phases = prepare(b0 + bc)
+            following = next(phases)
+        delta = _delta_and_output(chunk["o"], kvsq, chunk["kq"], chunk["v"], chunk["gbc"], s0, mc)
+        lhs, rhs = _outer_operands(chunk["qk"], delta, s0, fold, consts)
+        kvsq = None
+        if i + 1 < len(steps):
+            upcoming = chunk
+            if steps[i + 1][0] != b0:
+                upcoming = following = _rest(phases, following)
+            kvsq = _state_products(ring[:, (i + 1) % slots], upcoming["x"], *steps[i + 1][2:], fold)
+        following = next(phases, following)
+        _rank1_update(ring[:, i % slots], lhs, rhs, diag, fold)
+        move(i, load=False)
+        if s0 + mc == bc * nv:
+            nisa.tensor_copy(o[:, :, b0:b0 + bc].permute((0, 2, 1)), chunk["o"].reshape_dim(1, (bc, nv)))
+            chunk = following
+
+
+def _rest(phases, last):
+    """Run the phases left in a generator; return its last yield (`last` if none was left)."""
+    for last in phases:
+        pass
+    return last
+
+
+def _chunk(o_dtype, q, k, v, gates, consts, fold, b0, bc):
+    """What every pair of batch rows b0 .. b0+bc-1 (all nv heads, n = bc * nv pairs, pair
+    p = bi * nv + h) needs before its state streams through, computed once for the whole chunk.
+
+    A generator of three phases, yielding the dict after each so that the caller can issue its
+    own work in between. Each phase begins with instructions that read what other engines made in
+    the phase before: with the caller's work in between, that is ready when an engine reaches
+    them, and no engine's in-order queue stalls on the chain (phase 1: VectorE, ScalarE and GpSimd
+    from the inputs; phase 2: TensorE's sums, then ScalarE and VectorE finish the gates and
+    norms; phase 3: TensorE's k . q and selector matmuls, then VectorE's block-diagonal mask).
+    The dict: gbc [P, 2, >= n] decay, beta on every partition; qk [dk, n, 2] k, q * dk**-0.5;
+    decay [R * Pd, tiles] folded; kq PSUM [dv, n] k . q; x [R * Pd, F, n, 2] block-diagonal [k, q];
+    v [dv, n] the chunk's v; o [dv, n] for its output.
     """
     dk, nq, _ = q.shape
     dv, nv, _ = v.shape
     F, R = fold
     n = bc * nv
     tiles = -(-n // R)
-
-    gbc = _broadcast_gates(gates, b0, bc, tiles * R, consts)       # [P, 2, tiles * R]: decay, beta
-    qk = _normalize_qk(q, k, b0, bc, nv // nq, consts)             # [dk, n, 2]: k, q * dk**-0.5
-    decay = _fold_decay(gbc, fold, dk, consts, tiles)              # [R * Pd, tiles]
-    kq = _k_dot_q(qk, dv, consts)                                  # PSUM [dv, n]
-    x = _block_diagonal_qk(qk, fold, consts)                       # [R * Pd, F, n, 2]
-    v_flat = nl.ndarray((dv, n), v.dtype, name="v_pairs")          # [dv, pair]
-    nisa.tensor_copy(v_flat.reshape_dim(1, (bc, nv)), v[:, :, b0:b0 + bc].permute((0, 2, 1)),
+    c = {}
+    spread = _spread_gates(gates, b0, bc, consts)
+    squares = _square_qk(q, k, b0, bc, nv // nq)
+    c["v"] = nl.ndarray((dv, n), v.dtype, name="v_pairs")
+    nisa.tensor_copy(c["v"].reshape_dim(1, (bc, nv)), v[:, :, b0:b0 + bc].permute((0, 2, 1)),
                      engine=nisa.engine.gpsimd)
-    o_flat = nl.ndarray((dv, n), o.dtype, name="o_pairs")
-
-    S = nl.ndarray((R * (dk // F), tiles, F * dv), nl.float32, name="state")
-    m = (PMAX // F) // R * R                                       # pairs per sub-chunk
-    for s0 in range(0, n, m):
-        mc = min(m, n - s0)
-        _move_state(S, recurrent_state, b0 * nv, s0, mc, fold, load=True)
-        delta = _delta_and_output(o_flat, S, x, qk, kq, v_flat, gbc, s0, mc, fold)  # [dv, mc] fp32
-        _rank1_update(S, qk, delta, decay, s0, fold, consts)       # S <- decay * S + k delta^T
-        _move_state(S, new_state, b0 * nv, s0, mc, fold, load=False)
-    nisa.tensor_copy(o[:, :, b0:b0 + bc].permute((0, 2, 1)), o_flat.reshape_dim(1, (bc, nv)))
+    c["o"] = nl.ndarray((dv, n), o_dtype, name="o_pairs")
+    yield c
+    c["gbc"] = _broadcast_gates(spread, tiles * R, consts)
+    c["qk"] = _normalize_qk(squares, q, k, b0, bc, nv // nq, consts)
+    c["decay"] = _fold_decay(c["gbc"], fold, dk, consts, tiles)
+    yield c
+    c["kq"] = _k_dot_q(c["qk"], dv, consts)
+    c["x"] = _block_diagonal_qk(c["qk"], fold, consts)
+    yield c
 
 
-def _broadcast_gates(gates, b0, bc, width, consts):
-    """Per-pair decay and beta on every partition: [P, 2, width] SBUF fp32, pair p in column p.
-
-    Spread: spread[c, g, bi, h] = gates[c, g, b0 + bi] * (c == h); then ones[nv, P]^T @ spread
-    puts gates[h, g, b0 + bi] on every partition (an exact sum: one non-zero term). Columns past
-    the chunk's bc * nv pairs (a partial last state tile) are zeroed.
-    """
-    ones, ident = consts["ones"], consts["ident"]
+def _spread_gates(gates, b0, bc, consts):
+    """spread[c, g, bi, h] = gates[c, g, b0 + bi] * (c == h): [nv, 2, bc, nv], for _broadcast_gates."""
     nv = gates.shape[0]
-    P = ones.shape[0]
-    n = bc * nv
+    ident = consts["ident"]
     spread = nl.ndarray((nv, 2, bc, nv), nl.float32, name="gate_spread")
     nisa.tensor_tensor(spread, gates[:, :, b0:b0 + bc].expand_dim(3).broadcast(3, nv),
                        ident[0:nv, 0:nv].expand_dim(1).expand_dim(1).broadcast(1, 2).broadcast(2, bc),
                        op=nl.multiply)
+    return spread
+
+
+def _broadcast_gates(spread, width, consts):
+    """Per-pair decay and beta on every partition: [P, 2, width] SBUF fp32, pair p in column p.
+
+    ones[nv, P]^T @ spread (_spread_gates) puts gates[h, g, b0 + bi] on every partition (an exact
+    sum: one non-zero term). Columns past the chunk's bc * nv pairs (a partial last state tile)
+    are zeroed.
+    """
+    ones = consts["ones"]
+    nv, _, bc, _ = spread.shape
+    P = ones.shape[0]
+    n = bc * nv
     ps = nl.ndarray((P, 2, bc, nv), nl.float32, buffer=nl.psum, name="gates_psum")
     nisa.nc_matmul(ps, ones[0:nv, 0:P], spread, is_stationary_onezero=True)
     gbc = nl.ndarray((P, 2, width), nl.float32, name="gates_bcast")
@@ -286,25 +407,36 @@ def _fold_decay(gbc, fold, dk, consts, tiles):
     return decay
 
 
-def _move_state(S, hbm, p0, s0, mc, fold, load):
-    """DMA the folded state of chunk pairs s0 .. s0+mc-1 (s0 a multiple of R) between HBM and S.
+def _move_state(S, hbm, p0, mc, fold, load):
+    """DMA the folded state of flat pairs p0 .. p0+mc-1 (HBM [B, nv, dk, dv] as B * nv pairs) between
+    HBM and a ring slot S [R * Pd, tiles, F * dv] whose tile 0 holds pair p0.
 
-    HBM [B, nv, dk, dv] holds chunk pair p at flat pair p0 + p. Pair t * R + r, rows
-    i0 * F .. i0 * F + F-1 -> partition r * Pd + i0 of tile t of S [R * Pd, tiles, F * dv]:
-    F * dv contiguous elements per partition and pair, up to DMA_TILES tiles per DMA.
+    Pair t * R + r, rows i0 * F .. i0 * F + F-1 -> partition r * Pd + i0 of tile t: F * dv
+    contiguous elements per partition and pair, up to DMA_TILES tiles per DMA. A head slice of a
+    larger state (hbm = state[:, h0:h1], one program of an LNC grid) is not one run of pairs: it
+    moves piece by piece, each piece the pairs of one batch row inside one tile.
     """
     F, R = fold
     B, nv, dk, dv = hbm.shape
     Pd = dk // F
+    if not hbm.is_contiguous():
+        for t in range(-(-mc // R)):
+            for p in range(p0 + t * R, p0 + min(mc, (t + 1) * R)):
+                if p == p0 + t * R or p % nv == 0:                # a piece starts: new tile or new batch row
+                    n = min(p0 + min(mc, (t + 1) * R), (p // nv + 1) * nv) - p
+                    r = p - p0 - t * R
+                    _dma(S[r * Pd:(r + n) * Pd, t, :],
+                         hbm[p // nv, p % nv:p % nv + n].reshape((n * Pd, F * dv)), load)
+        return
     flat = hbm.reshape((B * nv, dk, dv))
-    first, full, last = s0 // R, (s0 + mc) // R, -(-(s0 + mc) // R)   # tiles: [first, full) hold R pairs
-    for t0 in range(first, full, DMA_TILES):
+    full = mc // R                                        # tiles holding R pairs
+    for t0 in range(0, full, DMA_TILES):
         t1 = min(full, t0 + DMA_TILES)
         view = flat[p0 + t0 * R:p0 + t1 * R].reshape((t1 - t0, R * Pd, F * dv)).permute((1, 0, 2))
         _dma(S[:, t0:t1, :], view, load)
-    if last > full:                                       # a partial last tile
-        rt = s0 + mc - full * R
-        _dma(S[0:rt * Pd, full, :], flat[p0 + full * R:p0 + full * R + rt].reshape((rt * Pd, F * dv)), load)
+    if mc > full * R:                                     # a partial last tile
+        rt = mc - full * R
+        _dma(S[0:rt * Pd, full, :], flat[p0 + full * R:p0 + mc].reshape((rt * Pd, F * dv)), load)
 
 
 def _dma(sbuf, hbm, load):
@@ -344,64 +476,64 @@ def _k_dot_q(qk, dv, consts):
     return kq
 
 
-def _delta_and_output(o_pairs, S, x, qk, kq, v_pairs, gbc, s0, mc, fold):
-    """[S^T k, S^T q] of chunk pairs s0 .. s0+mc-1 on TensorE, then their delta and o; returns delta.
-
-    S is read before the decay: kv = decay * S^T k, delta = (v - kv) * beta, and
-    o = decay * S^T q + (k . q) delta, channel-major [dv, pair] (o_pairs, v_pairs: [dv, n]).
-    """
+def _state_products(S, x, s0, mc, fold):
+    """[S^T k, S^T q] of chunk pairs s0 .. s0+mc-1 (their state in ring slot S, tile 0 = pair s0):
+    F accumulating matmuls per tile, the state as the stationary. PSUM [dv, mc, 2] fp32."""
     F, R = fold
-    dv = v_pairs.shape[0]
-    dk = qk.shape[0]
-    Pd = dk // F
+    dv = S.shape[2] // F
+    Pd = S.shape[0] // R
     kvsq = nl.ndarray((dv, mc, 2), nl.float32, buffer=nl.psum, name="kv_sq")
-    for t in range(s0 // R, -(-(s0 + mc) // R)):
-        p0, rt = t * R, min(R, s0 + mc - t * R)
+    for tl in range(-(-mc // R)):
+        p, rt = tl * R, min(R, mc - tl * R)
         for i1 in range(F):
-            nisa.nc_matmul(kvsq[:, p0 - s0:p0 - s0 + rt, :], S[0:rt * Pd, t, i1 * dv:(i1 + 1) * dv],
-                           x[0:rt * Pd, i1, p0:p0 + rt, :], accumulate=(i1 > 0))
+            nisa.nc_matmul(kvsq[:, p:p + rt, :], S[0:rt * Pd, tl, i1 * dv:(i1 + 1) * dv],
+                           x[0:rt * Pd, i1, s0 + p:s0 + p + rt, :], accumulate=(i1 > 0))
+    return kvsq
 
+
+def _delta_and_output(o_pairs, kvsq, kq, v_pairs, gbc, s0, mc):
+    """delta and o of chunk pairs s0 .. s0+mc-1 from their [S^T k, S^T q] (kvsq); returns delta.
+
+    S was read before the decay: [kv, sq] = decay * [S^T k, S^T q], delta = (v - kv) * beta, and
+    o = sq + (k . q) delta, channel-major [dv, pair] (o_pairs, v_pairs: [dv, n]).
+    """
+    dv = v_pairs.shape[0]
     pairs = slice(s0, s0 + mc)
-    decay, beta = gbc[0:dv, 0, pairs], gbc[0:dv, 1, pairs]
-    kv = nl.ndarray((dv, mc), nl.float32, name="kv")
-    nisa.tensor_tensor(kv, kvsq[:, :, 0], decay, op=nl.multiply)
+    kvsq_d = nl.ndarray((dv, mc, 2), nl.float32, name="kv_sq_decayed")
+    nisa.tensor_tensor(kvsq_d, kvsq, gbc[0:dv, 0, pairs].expand_dim(2).broadcast(2, 2), op=nl.multiply)
     delta = nl.ndarray((dv, mc), nl.float32, name="delta")
-    nisa.tensor_tensor(delta, v_pairs[:, pairs], kv, op=nl.subtract)
-    nisa.tensor_tensor(delta, delta, beta, op=nl.multiply)
+    nisa.tensor_tensor(delta, v_pairs[:, pairs], kvsq_d[:, :, 0], op=nl.subtract)
+    nisa.tensor_tensor(delta, delta, gbc[0:dv, 1, pairs], op=nl.multiply)
     kq_delta = nl.ndarray((dv, mc), nl.float32, name="kq_delta")
     nisa.tensor_tensor(kq_delta, kq[:, pairs], delta, op=nl.multiply)
-    sq = nl.ndarray((dv, mc), nl.float32, name="sq")
-    nisa.tensor_tensor(sq, kvsq[:, :, 1], decay, op=nl.multiply)
-    nisa.tensor_tensor(o_pairs[:, pairs], sq, kq_delta, op=nl.add)
+    nisa.tensor_tensor(o_pairs[:, pairs], kvsq_d[:, :, 1], kq_delta, op=nl.add)
     return delta
 
 
-def _rank1_update(S, qk, delta, decay, s0, fold, consts):
-    """S <- decay * S + k delta^T for chunk pairs s0 .. s0+mc-1 (mc * F <= 128), folded, in place.
+def _outer_operands(qk, delta, s0, fold, consts):
+    """The operands of the outer products k delta^T of chunk pairs s0 .. s0+mc-1 (mc * F <= 128).
 
-    Rows c = (pair p, fold row f) sit on mc * F partitions:
-        lhs[c, p', i0] = k_p[i0 * F + f] * (p' == p)        (k rows, block-diagonal over pairs)
-        rhs[c, i1, j]  = delta_p[j] * (i1 == f)
-    and for state tile t, sum_c lhs[c, t's pairs, i0] rhs[c, i1, j] = k_p[i0 * F + i1] delta_p[j]:
-    the outer products of the tile's R pairs in the folded layout, one matmul over the quadrant
-    of rows that holds the tile. One scalar_tensor_tensor then applies decay * S + outer.
+    Rows c = (pair p, fold row f) sit on mc * F partitions, W = 32 / F pairs per quadrant:
+        lhs[c, w, i0] = k_p[i0 * F + f] * (p % W == w)        (k rows, block-diagonal per quadrant)
+        rhs[c, i1, j] = delta_p[j] * (i1 == f)
+    Returns (lhs [mc * F, W, Pd], rhs [mc * F, F, dv]), SBUF fp32.
     """
-    F, R = fold
+    F = consts["mod_f"].shape[1]
     dk = qk.shape[0]
     dv, mc = delta.shape
     Pd = dk // F
     rows = mc * F
+    W = min(mc, QUADRANT // F)
     div_f, mod_f = consts["div_f"], consts["mod_f"]
-
     # k rows: kr[(p, f), i0] = k_p[i0 * F + f], by a selector matmul from the channel-major k
     kx = nl.ndarray((dk, mc, F), nl.float32, name="k_spread")
     nisa.tensor_tensor(kx, qk[:, s0:s0 + mc, 0].expand_dim(2).broadcast(2, F),
                        mod_f[0:dk, :].expand_dim(1).broadcast(1, mc), op=nl.multiply)
     kr_ps = nl.ndarray((rows, Pd), nl.float32, buffer=nl.psum, name="k_rows_psum")
     nisa.nc_matmul(kr_ps, kx, div_f[0:dk, 0:Pd], is_moving_onezero=True)
-    lhs = nl.ndarray((rows, mc, Pd), nl.float32, name="outer_lhs")
-    nisa.tensor_tensor(lhs, kr_ps.expand_dim(1).broadcast(1, mc),
-                       div_f[0:rows, 0:mc].expand_dim(2).broadcast(2, Pd), op=nl.multiply)
+    lhs = nl.ndarray((rows, W, Pd), nl.float32, name="outer_lhs")
+    nisa.tensor_tensor(lhs, kr_ps.expand_dim(1).broadcast(1, W),
+                       consts["quad_f"][0:rows, 0:W].expand_dim(2).broadcast(2, Pd), op=nl.multiply)
     # delta rows: rhs[(p, f), i1, j] = delta_p[j] * (i1 == f)
     d_rep = nl.ndarray((dv, mc, F), nl.float32, name="delta_rep")
     nisa.tensor_copy(d_rep, delta.expand_dim(2).broadcast(2, F), engine=nisa.engine.gpsimd)
@@ -410,16 +542,47 @@ def _rank1_update(S, qk, delta, decay, s0, fold, consts):
     rhs = nl.ndarray((rows, F, dv), nl.float32, name="outer_rhs")
     nisa.tensor_tensor(rhs, dT_ps.expand_dim(1).broadcast(1, F),
                        mod_f[0:rows, :].expand_dim(2).broadcast(2, dv), op=nl.multiply)
+    return lhs, rhs
 
+
+def _decay_diagonals(decay, s0, mc, fold, consts):
+    """diag[:, tl, :] = the diagonal matrix of the decays of state tile s0 // R + tl, one ScalarE
+    copy of the identity scaled by the tile's per-partition decay each: [R * Pd, tiles, R * Pd]."""
+    _, R = fold
+    RP = decay.shape[0]
+    tiles = -(-mc // R)
+    diag = nl.ndarray((RP, tiles, RP), nl.float32, name="decay_diag")
+    for tl in range(tiles):
+        t = s0 // R + tl
+        nisa.activation(diag[:, tl, :], op=nl.copy, data=consts["ident"][0:RP, 0:RP],
+                        scale=decay[:, t:t + 1])
+    return diag
+
+
+def _rank1_update(S, lhs, rhs, diag, fold):
+    """S <- decay * S + k delta^T for the pairs of ring slot S, folded, in place.
+
+    Per state tile, in one PSUM bank: a matmul with the tile's decay diagonal as the stationary
+    (_decay_diagonals) gives decay * S, and one matmul over the quadrant of (pair, fold row) rows
+    that holds the tile adds the outer products of its R pairs (_outer_operands),
+    sum_c lhs[c, w, i0] rhs[c, i1, j] = k_p[i0 * F + i1] delta_p[j]. ScalarE evicts the result
+    into S. Each sum has one non-zero term, so PSUM holds fp32(fp32(decay * S) + k delta^T).
+    """
+    F, R = fold
+    Pd = S.shape[0] // R
+    rows = lhs.shape[0]
+    mc = rows // F
     for tl in range(-(-mc // R)):
-        t, rt = s0 // R + tl, min(R, mc - tl * R)
-        q0 = tl * R * F // QUADRANT * QUADRANT                # the quadrant of rows holding tile t
+        rt = min(R, mc - tl * R)
+        P = rt * Pd
+        new = nl.ndarray((P, S.shape[2]), nl.float32, buffer=nl.psum, name="state_new")
+        nisa.nc_matmul(new, diag[0:P, tl, 0:P], S[0:P, tl, :])
+        q0 = tl * R * F // QUADRANT * QUADRANT            # the quadrant of rows holding the tile
         q1 = min(q0 + QUADRANT, rows)
-        outer = nl.ndarray((rt * Pd, F, dv), nl.float32, buffer=nl.psum, name="outer")
-        nisa.nc_matmul(outer, lhs[q0:q1, tl * R:tl * R + rt, :], rhs[q0:q1],
+        w0 = tl * R - q0 // F
+        nisa.nc_matmul(new, lhs[q0:q1, w0:w0 + rt, :], rhs[q0:q1], accumulate=True,
                        tile_position=(q0, 0), tile_size=(QUADRANT, PMAX))
-        nisa.scalar_tensor_tensor(S[0:rt * Pd, t, :], data=S[0:rt * Pd, t, :], op0=nl.multiply,
-                                  operand0=decay[0:rt * Pd, t:t + 1], op1=nl.add, operand1=outer)
+        nisa.activation(S[0:P, tl, :], op=nl.copy, data=new)
 
 
 def _pairs(x, b0, bc, G):
@@ -427,18 +590,25 @@ def _pairs(x, b0, bc, G):
     return x[:, :, b0:b0 + bc].permute((0, 2, 1)).expand_dim(3).broadcast(3, G)
 
 
-def _normalize_qk(q, k, b0, bc, G, consts):
+def _square_qk(q, k, b0, bc, G):
+    """k^2 and q^2 of batch rows b0 .. b0+bc-1 per value head, for _normalize_qk: [dk, bc, nv, 2] fp32."""
+    dk, nq, _ = q.shape
+    sq = nl.ndarray((dk, bc, nq * G, 2), nl.float32, name="qk_squares")
+    nisa.activation(sq[:, :, :, 0], op=nl.square, data=_pairs(k, b0, bc, G))
+    nisa.activation(sq[:, :, :, 1], op=nl.square, data=_pairs(q, b0, bc, G))
+    return sq
+
+
+def _normalize_qk(sq, q, k, b0, bc, G, consts):
     """l2norm of k and q over dk (partitions), q also times dk**-0.5: [dk, n, 2] fp32, [.., 0] = k.
 
-    The [k, q] columns of a pair are adjacent: a 2-column moving tile for S^T [k, q].
+    sq holds their squares (_square_qk). The [k, q] columns of a pair are adjacent: a 2-column
+    moving tile for S^T [k, q].
     """
     ones = consts["ones"]
     dk, nq, _ = q.shape
     nv = nq * G
     qs, ks = _pairs(q, b0, bc, G), _pairs(k, b0, bc, G)
-    sq = nl.ndarray((dk, bc, nv, 2), nl.float32, name="qk_squares")
-    nisa.activation(sq[:, :, :, 0], op=nl.square, data=ks)
-    nisa.activation(sq[:, :, :, 1], op=nl.square, data=qs)
     ss = nl.ndarray((dk, bc, nv, 2), nl.float32, buffer=nl.psum, name="qk_sumsq")
     nisa.nc_matmul(ss, ones[0:dk, 0:dk], sq, is_stationary_onezero=True)  # sum over dk, on every partition
     rstd = nl.ndarray((dk, bc, nv, 2), nl.float32, name="qk_rstd")
