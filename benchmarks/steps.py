@@ -19,7 +19,8 @@ STEPS = [
     ("2_scratch", "one kernel, HBM scratch between stages (the reference design)"),
     ("3_onchip", "intermediates stay on chip"),
     ("4_gqa_index", "GQA by indexing, no copy"),
-    ("5_fused", "z projected after the recurrence: its weights stream under the compute"),
+    ("5_fused", "z after the recurrence when its weights outweigh the state: they stream under the compute"),
+    ("6_lnc2", "heads split across the two NeuronCores of an LNC=2 launch"),
 ]
 TARGETS = [("Qwen3-Next-80B", 4), ("Qwen3.5-27B", 8)]   # the shards the issue sets targets for
 BATCHES = (1, 32)
@@ -53,5 +54,5 @@ def latency_table(upto):
                 cells.append(f"{r['best_us']:.0f} – {r['modeled_us']:.0f} µs ({r['modeled_us'] / r['roofline_us']:.1f}x)")
         lines.append(f"| {name}: {what} | {step_row(name, *TARGETS[0], 1)['launches']} | " + " | ".join(cells) + " |")
     roof = [f"{step_row(steps[-1][0], m, tp, B)['roofline_us']:.0f} µs" for m, tp in TARGETS for B in BATCHES]
-    lines.append("| HBM roofline of the last step (368 GB/s per core) | | " + " | ".join(roof) + " |")
+    lines.append("| HBM roofline of the last step (368 GB/s per NeuronCore it runs on) | | " + " | ".join(roof) + " |")
     return "\n".join(lines)

@@ -70,6 +70,7 @@ FIELDS = {
     "variant": "kernel variant (benchmarks.variants): a stage, gdn_tkg, or a composition step '<n>_<name>'",
     "kind": "'stage' or 'composition'",
     "kernel": "module:function of the @nki.jit entry point (of the host function for a multi-launch step)",
+    "lnc": "NeuronCores of one launch (kernel[lnc]); the roofline is over all of them",
     "launches": "kernel launches the variant takes: 1, or the stage kernels a host pipeline runs one after "
                 "another (their modeled times, bytes and instructions are summed; launch_us counts each)",
     "config": "per-device configuration, '<model> TP<tp>'",
@@ -171,7 +172,7 @@ def parse_args(argv):
 def _row_base(variant, shape):
     model, tp = shape.name.rsplit(" TP", 1)
     row = {"variant": variant.name, "kind": variant.kind, "kernel": variant.kernel,
-           "launches": len(variant.launches) or 1, "config": shape.name, "model": model, "tp": int(tp)}
+           "launches": len(variant.launches) or 1, "lnc": variant.lnc, "config": shape.name, "model": model, "tp": int(tp)}
     row.update({f: getattr(shape, f) for f in SHAPE_FIELDS})
     row.update(G=shape.G, conv_dim=shape.conv_dim, value_dim=shape.value_dim, label=MODELED)
     return row

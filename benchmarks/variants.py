@@ -24,10 +24,12 @@ class Variant:
     args: Callable[[GDNShape, dict], tuple]       # (shape, pipeline_inputs(shape)) -> kernel arguments
     kind: str = "stage"                           # "stage" or "composition"
     launches: tuple = ()                          # a host pipeline: the variants it runs, in order
+    lnc: int = 1                                  # launch grid: kernel[lnc], programs on lnc NeuronCores
 
     def load_kernel(self):
         module, _, function = self.kernel.partition(":")
-        return getattr(importlib.import_module(module), function)
+        kernel = getattr(importlib.import_module(module), function)
+        return kernel[self.lnc] if self.lnc > 1 else kernel
 
 
 def _pick(*names):
@@ -67,5 +69,6 @@ VARIANTS += [
     _composition("3_onchip", "kernels.gdn_block:gdn_block_tkg_onchip"),
     _composition("4_gqa_index", "kernels.gdn_block:gdn_block_tkg_gqa_index"),
     _composition("5_fused", "kernels.gdn_block:gdn_block_tkg"),
+    Variant("6_lnc2", "kernels.gdn_block:gdn_block_tkg", BLOCK_ARGS, kind="composition", lnc=2),
 ]
 VARIANTS_BY_NAME = {v.name: v for v in VARIANTS}

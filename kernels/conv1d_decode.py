@@ -109,17 +109,22 @@ def conv1d_decode_channels(dst_out, new_conv_state, x, conv_weight, conv_state, 
     Notes:
         - The window moves as rows [B, T*P*K] and the weight as rows [T, P*K] through
           kernels.layout (contiguous row DMAs, TensorE transposes), the new window back the same way.
+        - The tiles go in chunks of at most WINDOW_FREE_MAX window elements per partition (all of
+          them at once for every real shard up to B = 32), so SBUF stays bounded at any B.
     """
     P, T, B = x.shape
     K = conv_weight.shape[1]
-    c1 = c0 + T * P
-    w = nl.ndarray((P, T, K), nl.float32, name="w")
-    load_channel_major(w.expand_dim(1), conv_weight[c0:c1, :].reshape((T, P, K)))   # rows [T, P*K]
-    state = nl.ndarray((P, T, B, K), conv_state.dtype, name="state")
-    load_channel_major(state, conv_state[:, c0:c1, :])                               # rows [B, T*P*K]
-    window = nl.ndarray((P, T, B, K), conv_state.dtype, name="window")
-    conv1d_decode_tile(dst_out, window, x, w, state)
-    store_rows(new_conv_state[:, c0:c1, :], window)
+    per = max(1, WINDOW_FREE_MAX // (B * K))              # tiles per chunk: bounded SBUF for any B
+    for t0 in range(0, T, per):
+        nt = min(per, T - t0)
+        a, z = c0 + t0 * P, c0 + (t0 + nt) * P
+        w = nl.ndarray((P, nt, K), nl.float32, name="w")
+        load_channel_major(w.expand_dim(1), conv_weight[a:z, :].reshape((nt, P, K)))   # rows [nt, P*K]
+        state = nl.ndarray((P, nt, B, K), conv_state.dtype, name="state")
+        load_channel_major(state, conv_state[:, a:z, :])                               # rows [B, nt*P*K]
+        window = nl.ndarray((P, nt, B, K), conv_state.dtype, name="window")
+        conv1d_decode_tile(dst_out[:, t0:t0 + nt], window, x[:, t0:t0 + nt], w, state)
+        store_rows(new_conv_state[:, a:z, :], window)
 
 
 def _channel_chunks(conv_dim, B, K):

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(kernels.NKI_BACKEND != "nkicpu",
                                 reason="the sweep's cost model runs on nkicpu (set NKICPU=1)")
 
 ROW_KEYS = {
-    "variant", "kind", "kernel", "launches", "config", "model", "tp", "B", "H", "nk", "nv", "dk", "dv", "K",
+    "variant", "kind", "kernel", "launches", "lnc", "config", "model", "tp", "B", "H", "nk", "nv", "dk", "dv", "K",
     "G", "conv_dim", "value_dim", "label", "status", "modeled_us", "best_us", "launch_us", "roofline_us",
     "modeled_over_roofline", "hbm_read_bytes", "hbm_write_bytes", "busy_fraction", "busiest_lane",
     "instructions", "peak_sbuf_bytes", "peak_psum_banks", "cpu_model_wall_s", "cpu_model_run_s",

@@ -32,6 +32,7 @@ VERSIONS = {                                # the composition steps, in book ord
     "onchip": nki.simulate(gdn_block_tkg_onchip),
     "gqa_index": nki.simulate(gdn_block_tkg_gqa_index),
     "fused": nki.simulate(gdn_block_tkg),
+    "lnc2": nki.simulate(gdn_block_tkg[2]),     # heads split across the two programs of a launch grid
 }
 
 TINY = [
@@ -80,7 +81,7 @@ def test_fused_matches_reference(shape):
 
 
 @pytest.mark.parametrize("version", [v for v in VERSIONS if v != "fused"])
-@shapes_param([TINY[2], SHARDS[1], SHARDS[6]])
+@shapes_param([TINY[2], SHARDS[1], SHARDS[6], SHARDS[11]])
 def test_composition_steps_match_reference(version, shape):
     x = make_inputs(shape, seed=1)
     check(run(version, x), x)
@@ -227,6 +228,12 @@ def test_rejects(case):
     changes, match = BAD_INPUTS[case]
     with pytest.raises(ValueError, match=match):
         nki.simulate(gdn_block_tkg)(*_bad(**changes).values())
+
+
+def test_rejects_a_batch_whose_activations_do_not_fit_on_chip():
+    x = make_inputs(model_shard("Qwen3.5-0.8B", 1, B=512), seed=13)     # 155 KiB of activations
+    with pytest.raises(ValueError, match=r"hidden: expected a batch whose on-chip activations.*got B = 512"):
+        nki.simulate(gdn_block_tkg)(*x.values())
 
 
 def test_cpu_model_time_at_27b_tp8_b8():
