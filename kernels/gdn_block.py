@@ -135,10 +135,11 @@ def _gdn_block(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state
     h0, h1 = c * nh, (c + 1) * nh                    # this program's value heads
     k0, k1 = h0 // G, (h1 - 1) // G + 1              # and the key heads they read
     nkh = k1 - k0
-    # place_z: project z after the recurrence when its weights are the larger DMA stream, so they
-    # fill the DMA queues while the delta rule computes; when the state stream is larger, the
-    # recurrence keeps the queues busy itself and z goes first.
-    z_last = place_z and 2 * B * nh * dk * dv * 4 < d.H * nh * dv * 2
+    # place_z: project z after the recurrence when the state stream (read + write) is under half its
+    # weights, so they fill the DMA queues while the delta rule computes; with more state the
+    # recurrence keeps the queues busy itself and z goes first (the modeled profiles of the sweep
+    # put the break-even between B = 1 and B = 8 at Qwen3.5-27B TP8).
+    z_last = place_z and 2 * (2 * B * nh * dk * dv * 4) < d.H * nh * dv * 2
     out = nl.ndarray((B, 1, d.value_dim), nl.bfloat16, buffer=nl.shared_hbm, name="out")
     new_conv_state = nl.ndarray((B, d.conv_dim, d.K), nl.bfloat16, buffer=nl.shared_hbm, name="new_conv_state")
     new_recurrent_state = nl.ndarray((B, nv, dk, dv), nl.float32, buffer=nl.shared_hbm, name="new_recurrent_state")
