@@ -40,7 +40,7 @@ def block_dims(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state
                norm_weight, recurrent_state):
     """Check the 11 arguments of `gdn_block_tkg` against each other; return their BlockDims.
 
-    nv = len(A_log); dk, dv from recurrent_state; conv_dim, K from conv_weight;
+    B from hidden; nv, dk, dv from recurrent_state; conv_dim, K from conv_weight;
     nk = (conv_dim - nv * dv) / (2 * dk). Raises ValueError naming the first bad argument.
     """
     ranks = (("hidden", hidden, 3), ("W_in_qkv", W_in_qkv, 2), ("W_in_z", W_in_z, 2), ("W_in_a", W_in_a, 2),
@@ -59,15 +59,17 @@ def block_dims(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state
     B, S, H = hidden.shape
     expect(S == 1, "hidden", "one decode token, shape [B, 1, H]", f"shape {list(hidden.shape)}")
     expect_multiple(H, PMAX, "hidden", "hidden size H = hidden.shape[2]")
-    nv = A_log.shape[0]
-    _, _, dk, dv = recurrent_state.shape
+    _, nv, dk, dv = recurrent_state.shape
+    expect(recurrent_state.shape[0] == B, "recurrent_state", f"batch recurrent_state.shape[0] = {B} (as hidden)",
+           list(recurrent_state.shape))
     expect(dk <= PMAX, "recurrent_state", f"head_k_dim recurrent_state.shape[2] <= {PMAX}", dk)
     expect(dv <= PMAX, "recurrent_state", f"head_v_dim recurrent_state.shape[3] <= {PMAX}", dv)
-    expect(nv <= PMAX, "A_log", f"num_v_heads len(A_log) <= {PMAX}", nv)
-    expect(recurrent_state.shape[:2] == (B, nv), "recurrent_state",
-           f"shape [B, nv, dk, dv] with B = {B} (hidden) and nv = {nv} (A_log)", list(recurrent_state.shape))
-    expect(dt_bias.shape == (nv,), "dt_bias", f"length num_v_heads = {nv} (as A_log)", list(dt_bias.shape))
-    expect(norm_weight.shape == (dv,), "norm_weight", f"length head_v_dim = {dv} (recurrent_state.shape[3])",
+    expect(nv <= PMAX, "recurrent_state", f"num_v_heads recurrent_state.shape[1] <= {PMAX}", nv)
+    expect(tuple(A_log.shape) == (nv,), "A_log", f"length num_v_heads = {nv} (recurrent_state.shape[1])",
+           list(A_log.shape))
+    expect(tuple(dt_bias.shape) == (nv,), "dt_bias", f"length num_v_heads = {nv} (recurrent_state.shape[1])",
+           list(dt_bias.shape))
+    expect(tuple(norm_weight.shape) == (dv,), "norm_weight", f"length head_v_dim = {dv} (recurrent_state.shape[3])",
            list(norm_weight.shape))
 
     conv_dim, K = conv_weight.shape
@@ -76,7 +78,8 @@ def block_dims(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state
            f"conv_dim = 2 * key_dim + value_dim = 2 * nk * {dk} + {nv} * {dv} rows for an integer nk >= 1",
            f"conv_dim = {conv_dim}")
     nk = key_dims // (2 * dk)
-    expect(nv % nk == 0, "A_log", f"num_v_heads a multiple of num_k_heads = {nk} (from conv_dim)", nv)
+    expect(nv % nk == 0, "recurrent_state", f"num_v_heads recurrent_state.shape[1] a multiple of num_k_heads = "
+                                            f"{nk} (from conv_dim)", nv)
     expect(K_MIN <= K <= K_MAX, "conv_weight", f"a conv window K = conv_weight.shape[1] in {K_MIN}..{K_MAX}", K)
     expect(conv_state.shape[0] == B, "conv_state", f"batch conv_state.shape[0] = {B} (as hidden)",
            list(conv_state.shape))

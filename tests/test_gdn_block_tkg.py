@@ -195,7 +195,8 @@ BAD_INPUTS = {
     "nv-not-multiple-of-nk": (dict(A_log=np.zeros(3, np.float32), dt_bias=np.zeros(3, np.float32),
                                    recurrent_state=np.zeros((2, 3, 32, 16), np.float32),
                                    conv_weight=np.zeros((4 * 32 + 48, 4), np.float32)),
-                              r"A_log: expected num_v_heads a multiple of num_k_heads = 2 \(from conv_dim\), got 3"),
+                              r"recurrent_state: expected num_v_heads recurrent_state.shape\[1\] a multiple of "
+                              r"num_k_heads = 2 \(from conv_dim\), got 3"),
     "conv-dim": (dict(conv_weight=np.zeros((200, 4), np.float32)),
                  r"conv_weight: expected conv_dim = 2 \* key_dim \+ value_dim .* got conv_dim = 200"),
     "windows-differ": (dict(conv_state=lambda x: x["conv_state"][:, :, :3].copy()),
@@ -203,7 +204,8 @@ BAD_INPUTS = {
     "conv-state-batch": (dict(conv_state=lambda x: x["conv_state"][:1].copy()),
                          r"conv_state: expected batch conv_state.shape\[0\] = 2 \(as hidden\), got \[1, 192, 4\]"),
     "recurrent-state-batch": (dict(recurrent_state=lambda x: x["recurrent_state"][:1].copy()),
-                              r"recurrent_state: expected shape \[B, nv, dk, dv\] with B = 2 .*got \[1, 4, 32, 16\]"),
+                              r"recurrent_state: expected batch recurrent_state.shape\[0\] = 2 \(as hidden\), "
+                              r"got \[1, 4, 32, 16\]"),
     "hidden-dtype": (dict(hidden=lambda x: x["hidden"].astype(np.float32)),
                      r"hidden: expected dtype bfloat16, got float32"),
     "W-dtype": (dict(W_in_z=lambda x: x["W_in_z"].astype(np.float32)), r"W_in_z: expected dtype bfloat16, got float32"),
@@ -217,7 +219,7 @@ BAD_INPUTS = {
     "norm-weight-length": (dict(norm_weight=np.ones(32, np.float32)),
                            r"norm_weight: expected length head_v_dim = 16 .*got \[32\]"),
     "A_log-length": (dict(A_log=np.zeros(8, np.float32)),
-                     r"recurrent_state: expected shape \[B, nv, dk, dv\] with B = 2 \(hidden\) and nv = 8 \(A_log\)"),
+                     r"A_log: expected length num_v_heads = 4 \(recurrent_state.shape\[1\]\), got \[8\]"),
     "dt_bias-length": (dict(dt_bias=np.zeros(5, np.float32)), r"dt_bias: expected length num_v_heads = 4 .*got \[5\]"),
     "W-shape": (dict(W_in_a=lambda x: x["W_in_a"][:, :3].copy()), r"W_in_a: expected shape \[H, 4\] = \[256, 4\], got \[256, 3\]"),
 }
