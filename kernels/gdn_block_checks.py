@@ -3,42 +3,18 @@
 Shared by each version of the fused decode kernel (the composition steps and `gdn_block_tkg`), so
 they accept and reject exactly the same arguments.
 """
-from dataclasses import dataclass
-
 import nki.language as nl
 
 from .checks import expect, expect_dtype, expect_multiple, expect_rank
+from .configs import GDNShape
 
 PMAX = 128
 K_MIN, K_MAX = 2, 4        # conv windows the conv1d stage supports (Qwen: 4)
 
 
-@dataclass(frozen=True)
-class BlockDims:
-    B: int
-    H: int
-    nk: int
-    nv: int
-    dk: int
-    dv: int
-    K: int
-
-    @property
-    def key_dim(self):
-        return self.nk * self.dk
-
-    @property
-    def value_dim(self):
-        return self.nv * self.dv
-
-    @property
-    def conv_dim(self):
-        return 2 * self.key_dim + self.value_dim
-
-
 def block_dims(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log, dt_bias,
                norm_weight, recurrent_state):
-    """Check the 11 arguments of `gdn_block_tkg` against each other; return their BlockDims.
+    """Check the 11 arguments of `gdn_block_tkg` against each other; return their dims as a GDNShape.
 
     B from hidden; nv, dk, dv from recurrent_state; conv_dim, K from conv_weight;
     nk = (conv_dim - nv * dv) / (2 * dk). Raises ValueError naming the first bad argument.
@@ -91,4 +67,4 @@ def block_dims(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state
     for arg, W, n in (("W_in_qkv", W_in_qkv, conv_dim), ("W_in_z", W_in_z, nv * dv), ("W_in_a", W_in_a, nv),
                       ("W_in_b", W_in_b, nv)):
         expect(tuple(W.shape) == (H, n), arg, f"shape [H, {n}] = [{H}, {n}]", list(W.shape))
-    return BlockDims(B=B, H=H, nk=nk, nv=nv, dk=dk, dv=dv, K=K)
+    return GDNShape(B=B, H=H, nk=nk, nv=nv, dk=dk, dv=dv, K=K)
