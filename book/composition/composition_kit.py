@@ -1,0 +1,266 @@
+"""What the composition chapters share: a step's runs, its check against the reference, and the
+figures and tables its profile is read from.
+
+Each chapter in this folder imports it (a notebook runs with its own folder as the working
+directory). The runs use the inputs of the benchmark sweep (`kernels.reference.pipeline_inputs`),
+so a chapter's profiles are exactly the rows of its latency table (`benchmarks.steps`). Every time
+here is modeled by the trn2 cost model; none is measured.
+"""
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+
+import kernels  # noqa: F401  (first: makes `import nki` work)
+import nkicpu
+from benchmarks.steps import STEPS, TARGETS, step_row
+from benchmarks.variants import VARIANTS_BY_NAME
+from kernels.configs import model_shard
+from kernels.reference import gdn_block_tkg_ref, pipeline_inputs, to_numpy, to_torch
+from nkicpu import costs
+from nkicpu.profile import MODELED, profile_capture
+from nkicpu.schedule import schedule
+
+BLOCK_ARGS = ("hidden", "W_in_qkv", "W_in_z", "W_in_a", "W_in_b", "conv_weight", "conv_state", "A_log",
+              "dt_bias", "norm_weight", "recurrent_state")
+
+
+@lru_cache(maxsize=None)
+def shard_inputs(model, tp, B):
+    """The sweep's inputs at a shard: the 11 block inputs (make_inputs, seed 0) and every stage's
+    intermediates as the torch reference computes them."""
+    return pipeline_inputs(model_shard(model, tp, B))
+
+
+def block_inputs(model, tp, B):
+    """The 11 arguments of the block, by name, in signature order."""
+    x = shard_inputs(model, tp, B)
+    return {name: x[name] for name in BLOCK_ARGS}
+
+
+@dataclass
+class Launch:
+    name: str          # the sweep variant the launch runs
+    capture: object    # nkicpu.Capture: outputs and instruction record
+    profile: object    # nkicpu.profile.Profile, modeled (trn2 cost model)
+
+
+def launches(step, model, tp, B):
+    """Every kernel launch of a composition step, run on the CPU model and profiled as the sweep
+    profiles them: one for a single-launch step, one per stage kernel for a host pipeline."""
+    variant = VARIANTS_BY_NAME[step]
+    shape, x = model_shard(model, tp, B), shard_inputs(model, tp, B)
+    runs = []
+    for name in variant.launches or (variant.name,):
+        v = VARIANTS_BY_NAME[name]
+        capture = nkicpu.capture(v.load_kernel())(*v.args(shape, x))
+        runs.append(Launch(name, capture, profile_capture(capture)))
+    return runs
+
+
+# --- correctness ----------------------------------------------------------------------------------
+
+def _f64(a):
+    return np.asarray(a, dtype=np.float64)
+
+
+def _cosine(a, b):
+    a, b = _f64(a).ravel(), _f64(b).ravel()
+    na, nb = np.linalg.norm(a), np.linalg.norm(b)
+    return 1.0 if na == nb == 0 else float(a @ b / (na * nb))
+
+
+def _assert_output(got, want, name):
+    # outputs: atol = rtol = 1e-2 and cosine similarity >= 0.999 (DESIGN.md, Tests)
+    assert got.shape == want.shape and got.dtype == want.dtype, f"{name}: {got.shape} {got.dtype}"
+    np.testing.assert_allclose(_f64(got), _f64(want), atol=1e-2, rtol=1e-2, err_msg=name)
+    assert _cosine(got, want) >= 0.999, f"{name}: cosine {_cosine(got, want):.6f}"
+
+
+def check_block(got, x):
+    """Assert a step's (out, conv_state, recurrent_state) against `gdn_block_tkg_ref` at the
+    project's tolerances (tests/gdn_testing.py); return the errors as a table row.
+
+    The conv state's shifted columns must be bit-exact. Its new column is the in_proj output, which
+    may round to the neighbouring bf16 value when the kernel sums in another order than torch, so
+    it is held to the output tolerance (tests/test_gdn_block_tkg.py).
+    """
+    want = [to_numpy(t) for t in gdn_block_tkg_ref(*(to_torch(x[name]) for name in BLOCK_ARGS))]
+    out, conv, state = got
+    _assert_output(out, want[0], "out")
+    K = conv.shape[2]
+    assert conv.shape == want[1].shape and conv.dtype == want[1].dtype
+    shifted = [np.ascontiguousarray(c[:, :, :K - 1]).view(np.uint16) for c in (conv, want[1])]
+    assert np.array_equal(*shifted), "conv_state shifted columns: not bit-exact"
+    _assert_output(conv[:, :, K - 1], want[1][:, :, K - 1], "conv_state new column")
+    assert state.shape == want[2].shape and state.dtype == want[2].dtype
+    np.testing.assert_allclose(_f64(state), _f64(want[2]), atol=5e-3, rtol=5e-3, err_msg="recurrent_state")
+    return {"out max abs err": np.abs(_f64(out) - _f64(want[0])).max(), "out cosine": _cosine(out, want[0]),
+            "conv new column max abs err": np.abs(_f64(conv[:, :, K - 1]) - _f64(want[1][:, :, K - 1])).max(),
+            "state max abs err": np.abs(_f64(state) - _f64(want[2])).max()}
+
+
+def check_table(rows):
+    """Markdown: one row per (label, check_block result)."""
+    keys = list(next(iter(rows.values())))
+    lines = ["| run | " + " | ".join(keys) + " |", "|---" * (len(keys) + 1) + "|"]
+    for label, r in rows.items():
+        lines.append(f"| {label} | " + " | ".join(f"{r[k]:.6f}" if "cosine" in k else f"{r[k]:.1e}" for k in keys)
+                     + " |")
+    return "\n".join(lines)
+
+
+# --- profiles --------------------------------------------------------------------------------------
+
+def launch_table(runs):
+    """Markdown: per launch of a step, the band against its roofline and the launch cost apart."""
+    lines = ["| launch | HBM roofline (µs) | best (µs) | likely (µs) | likely / roofline | launch (µs) |",
+             "|---|---|---|---|---|---|"]
+    for r in runs:
+        p = r.profile
+        lines.append(f"| {r.name} | {p.roofline_us:.2f} | {p.best_us:.2f} | {p.total_us:.2f} "
+                     f"| {p.total_us / p.roofline_us:.1f}x | {p.launch_us:.0f} |")
+    best, likely = sum(r.profile.best_us for r in runs), sum(r.profile.total_us for r in runs)
+    launch = sum(r.profile.launch_us for r in runs)
+    lines.append(f"| **all {len(runs)}** | {sum(r.profile.roofline_us for r in runs):.2f} | **{best:.2f}** "
+                 f"| **{likely:.2f}** | | **{launch:.0f}** |")
+    return "\n".join(lines)
+
+
+def plot_launches(panels, title):
+    """Horizontal bars, one per launch: the kernel time up to best (dark), best .. likely (light),
+    then the launch preamble + epilogue (hatched). `panels`: {panel title: [Launch]}."""
+    fig = Figure(figsize=(10, 1.2 + 0.45 * max(len(runs) for runs in panels.values()) * len(panels)),
+                 layout="constrained")
+    axes = fig.subplots(len(panels), 1, squeeze=False)[:, 0]
+    for ax, (name, runs) in zip(axes, panels.items()):
+        for y, r in enumerate(runs):
+            p = r.profile
+            ax.barh(y, p.best_us, color="tab:blue")
+            ax.barh(y, p.total_us - p.best_us, left=p.best_us, color="tab:blue", alpha=0.35)
+            ax.barh(y, p.launch_us, left=p.total_us, color="0.85", hatch="//", edgecolor="0.5")
+            ax.plot([p.roofline_us], [y], "|", color="black", markersize=14)
+        ax.set_yticks(range(len(runs)), [r.name for r in runs])
+        ax.invert_yaxis()
+        ax.set_title(name, fontsize=9, loc="left")
+        ax.set_xlabel("µs per call")
+        ax.grid(axis="x", alpha=0.3)
+    handles = [Patch(color="tab:blue"), Patch(color="tab:blue", alpha=0.35),
+               Patch(facecolor="0.85", hatch="//", edgecolor="0.5"), Line2D([], [], color="black", ls="", marker="|",
+                                                                           markersize=14)]
+    fig.legend(handles, ["kernel, best", "kernel, best .. likely", "launch preamble + epilogue", "HBM roofline"],
+               loc="outside lower center", ncols=4, fontsize=8, frameon=False)
+    fig.suptitle(f"{title}\n{MODELED}", fontsize=10)
+    return fig
+
+
+def _covered(spans):
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(spans):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
+def no_dma_spans(profile):
+    """The stretches of a profile's (likely) timeline in which no DMA moves any data: [(start, end)]."""
+    spans, reach = [], 0.0
+    for start, end in sorted((e["start_us"], e["start_us"] + e["dur_us"]) for e in profile.events
+                             if e["lane"].startswith("DMA")):
+        if start > reach:
+            spans.append((reach, start))
+        reach = max(reach, end)
+    if profile.total_us > reach:
+        spans.append((reach, profile.total_us))
+    return spans
+
+
+def dma_parts(capture, band=costs.LIKELY):
+    """A single launch's modeled time under one estimate, in three parts (µs) that add up to it:
+
+    full_rate   its HBM bytes at the estimate's DMA rate (368 GB/s best, DMA_ACHIEVED_GBPS likely)
+    below_rate  the rest of the time some DMA moves data (descriptor overheads, queues left idle)
+    no_dma      the time no DMA moves any data: compute and fixed latencies in the open
+    """
+    shapes = {alloc: shape for alloc, (_, _, _, shape) in capture.allocations.items()}
+    slots = schedule(capture.instructions, shapes, band=band)
+    total = max(s.end_us for s in slots)
+    moving = _covered([(s.start_us, s.end_us) for s in slots if s.transfer])
+    nbytes = sum(sum(costs.hbm_bytes(i)) for i in capture.instructions if i.engine == "dma")
+    full = nbytes / costs.dma_bytes_per_us(band)
+    return {"total": total, "full_rate": full, "below_rate": moving - full, "no_dma": total - moving}
+
+
+def parts_table(captures):
+    """Markdown: `dma_parts` under both estimates, one row per (label, capture)."""
+    lines = ["| run | estimate | total (µs) | bytes at full rate | DMA below full rate | no DMA moving |",
+             "|---|---|---|---|---|---|"]
+    for label, capture in captures.items():
+        for band in costs.BANDS:
+            d = dma_parts(capture, band)
+            lines.append(f"| {label} | {band} | {d['total']:.1f} | {d['full_rate']:.1f} | {d['below_rate']:.1f} "
+                         f"| {d['no_dma']:.1f} |")
+    return "\n".join(lines)
+
+
+def input_reads(capture):
+    """{instruction index: block argument name} of the DMAs that read an argument of a
+    single-launch step. nkicpu allocates a launch's arguments first, in order, and
+    `capture.allocations` lists only the kernel's own tensors, so an argument is known by its rank."""
+    ids = sorted({a.alloc for i in capture.instructions if i.engine == "dma" for a in i.reads
+                  if a.alloc not in capture.allocations})
+    assert len(ids) == len(BLOCK_ARGS), f"expected DMAs from the {len(BLOCK_ARGS)} block arguments, got {len(ids)}"
+    name = dict(zip(ids, BLOCK_ARGS))
+    return {i.index: name[a.alloc] for i in capture.instructions if i.engine == "dma" for a in i.reads
+            if a.alloc in name}
+
+
+def scratch_chain(launch):
+    """The HBM scratch of a single launch: (transfers, bytes, transfers on the longest chain, their
+    fixed latencies in µs, likely). A scratch transfer is a DMA to or from an HBM tensor the kernel
+    allocated for itself; the chain follows the dependencies the scheduler found, and the longest
+    one is the one with the most scratch latency on it."""
+    cap, events = launch.capture, launch.profile.events
+    scratch = {a for a, (_, buffer, _, _) in cap.allocations.items() if buffer == "private_hbm"}
+    is_scratch = [i.engine == "dma" and any(a.alloc in scratch for a in i.reads + i.writes) for i in cap.instructions]
+    chain = []                          # per instruction: (latency, transfers) of the heaviest chain ending at it
+    for k, e in enumerate(events[:len(cap.instructions)]):
+        up = max((chain[d] for d in e["args"]["deps"]), default=(0.0, 0))
+        chain.append((up[0] + e["args"]["latency_us"], up[1] + 1) if is_scratch[k] else up)
+    latency, on_chain = max(chain)
+    nbytes = sum(i.writes[0].nbytes for i, s in zip(cap.instructions, is_scratch) if s)
+    return sum(is_scratch), nbytes, on_chain, latency
+
+
+# --- the tables of the part -----------------------------------------------------------------------
+
+def with_launches(step, model, tp, B):
+    """(best, likely) of a step's kernel time plus its launches' preamble and epilogue, µs."""
+    r = step_row(step, model, tp, B)
+    return r["best_us"] + r["launch_us"], r["modeled_us"] + r["launch_us"]
+
+
+def launches_table(upto, B=1):
+    """Markdown: every step so far at batch B on both target shards, the kernel time (the latency
+    table's) beside the time with its launches, and the speedup over step 0 counted both ways."""
+    names = [name for name, _ in STEPS]
+    head, rule = "| step | launches (their cost) |", "|---|---|"
+    for m, tp in TARGETS:
+        head += f" {m} TP{tp}: kernel | with launches | speedup over step 0, likely |"
+        rule += "---|---|---|"
+    lines = [head, rule]
+    for name in names[:names.index(upto) + 1]:
+        row = step_row(name, *TARGETS[0], B)
+        cells = [f"{row['launches']} ({row['launch_us']:.0f} µs)"]
+        for m, tp in TARGETS:
+            r, r0 = step_row(name, m, tp, B), step_row(names[0], m, tp, B)
+            best, likely = with_launches(name, m, tp, B)
+            cells += [f"{r['best_us']:.0f} – {r['modeled_us']:.0f} µs", f"{best:.0f} – {likely:.0f} µs",
+                      f"{r0['modeled_us'] / r['modeled_us']:.2f}x kernel, "
+                      f"{with_launches(names[0], m, tp, B)[1] / likely:.2f}x with launches"]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
