@@ -130,7 +130,7 @@ def _gdn_block(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state
            f"{ACTIVATION_SBUF_BYTES // 1024} KiB beside the state stream (B <= "
            f"{ACTIVATION_SBUF_BYTES // (2 * (4 * nk + 5 * nv + d.H // 128))} here)", f"B = {B}")
     n, c = (nl.num_programs(axes=0), nl.program_id(axis=0)) if nl.program_ndim() else (1, 0)
-    expect(nv % n == 0, "A_log", f"num_v_heads a multiple of the {n} programs of the launch grid", nv)
+    expect(nv % n == 0, "recurrent_state", f"num_v_heads a multiple of the {n} programs of the launch grid", nv)
     nh = nv // n
     h0, h1 = c * nh, (c + 1) * nh                    # this program's value heads
     k0, k1 = h0 // G, (h1 - 1) // G + 1              # and the key heads they read
