@@ -22,7 +22,7 @@ from kernels.configs import model_shard
 from kernels.reference import gdn_block_tkg_ref, pipeline_inputs, to_numpy, to_torch
 from nkicpu import costs
 from nkicpu.profile import MODELED, profile_capture
-from nkicpu.schedule import schedule
+from nkicpu.schedule import core_count, schedule
 
 BLOCK_ARGS = ("hidden", "W_in_qkv", "W_in_z", "W_in_a", "W_in_b", "conv_weight", "conv_state", "A_log",
               "dt_bias", "norm_weight", "recurrent_state")
@@ -185,25 +185,44 @@ def dma_parts(capture, band=costs.LIKELY):
     full_rate   its HBM bytes at the estimate's DMA rate (368 GB/s best, DMA_ACHIEVED_GBPS likely)
     below_rate  the rest of the time some DMA moves data (descriptor overheads, queues left idle)
     no_dma      the time no DMA moves any data: compute and fixed latencies in the open
+
+    One core's launch; `core_parts` splits each core of an LNC grid's.
     """
+    parts = core_parts(capture, band)
+    if len(parts) != 1:
+        raise ValueError(f"dma_parts: a launch on {len(parts)} cores; use core_parts")
+    return parts[0]
+
+
+def core_parts(capture, band=costs.LIKELY):
+    """`dma_parts` of every physical core of a launch, by program id. On an LNC grid each core has its
+    own DMA queues and bandwidth (nkicpu/schedule.py, rule 5), so each core's time splits on its own:
+    its total is when its last instruction ends, its bytes those its own DMAs move."""
     shapes = {alloc: shape for alloc, (_, _, _, shape) in capture.allocations.items()}
     slots = schedule(capture.instructions, shapes, band=band)
-    total = max(s.end_us for s in slots)
-    moving = _covered([(s.start_us, s.end_us) for s in slots if s.transfer])
-    nbytes = sum(sum(costs.hbm_bytes(i)) for i in capture.instructions if i.engine == "dma")
-    full = nbytes / costs.dma_bytes_per_us(band)
-    return {"total": total, "full_rate": full, "below_rate": moving - full, "no_dma": total - moving}
+    parts = []
+    for core in range(core_count(capture.instructions)):
+        # a work slot's index is the instruction it was done for, so it counts on that one's core
+        mine = [s for s in slots if capture.instructions[s.index].core == core]
+        total = max(s.end_us for s in mine)
+        moving = _covered([(s.start_us, s.end_us) for s in mine if s.transfer])
+        nbytes = sum(sum(costs.hbm_bytes(i)) for i in capture.instructions if i.engine == "dma" and i.core == core)
+        full = nbytes / costs.dma_bytes_per_us(band)
+        parts.append({"total": total, "full_rate": full, "below_rate": moving - full, "no_dma": total - moving})
+    return parts
 
 
 def parts_table(captures):
-    """Markdown: `dma_parts` under both estimates, one row per (label, capture)."""
+    """Markdown: `core_parts` under both estimates, one row per (label, capture) and core."""
     lines = ["| run | estimate | total (µs) | bytes at full rate | DMA below full rate | no DMA moving |",
              "|---|---|---|---|---|---|"]
     for label, capture in captures.items():
         for band in costs.BANDS:
-            d = dma_parts(capture, band)
-            lines.append(f"| {label} | {band} | {d['total']:.1f} | {d['full_rate']:.1f} | {d['below_rate']:.1f} "
-                         f"| {d['no_dma']:.1f} |")
+            parts = core_parts(capture, band)
+            for core, d in enumerate(parts):
+                run = label if len(parts) == 1 else f"{label}, core {core}"
+                lines.append(f"| {run} | {band} | {d['total']:.1f} | {d['full_rate']:.1f} | {d['below_rate']:.1f} "
+                             f"| {d['no_dma']:.1f} |")
     return "\n".join(lines)
 
 
@@ -211,12 +230,17 @@ def input_reads(capture):
     """{instruction index: block argument name} of the DMAs that read an argument of a
     single-launch step. nkicpu allocates a launch's arguments first, in order, and
     `capture.allocations` lists only the kernel's own tensors, so an argument is known by its rank."""
+    name = _argument_allocs(capture)
+    return {i.index: name[a.alloc] for i in capture.instructions if i.engine == "dma" for a in i.reads
+            if a.alloc in name}
+
+
+def _argument_allocs(capture):
+    """{allocation id: block argument name} of a single-launch step (see input_reads)."""
     ids = sorted({a.alloc for i in capture.instructions if i.engine == "dma" for a in i.reads
                   if a.alloc not in capture.allocations})
     assert len(ids) == len(BLOCK_ARGS), f"expected DMAs from the {len(BLOCK_ARGS)} block arguments, got {len(ids)}"
-    name = dict(zip(ids, BLOCK_ARGS))
-    return {i.index: name[a.alloc] for i in capture.instructions if i.engine == "dma" for a in i.reads
-            if a.alloc in name}
+    return dict(zip(ids, BLOCK_ARGS))
 
 
 def scratch_chain(launch):
@@ -234,6 +258,38 @@ def scratch_chain(launch):
     latency, on_chain = max(chain)
     nbytes = sum(i.writes[0].nbytes for i, s in zip(cap.instructions, is_scratch) if s)
     return sum(is_scratch), nbytes, on_chain, latency
+
+
+# --- LNC grids: what the programs of one launch both touch -------------------------------------------
+
+def _touched_by_several(accesses):
+    """How many elements of one tensor more than one core touches; `accesses`: [(core, Access)]."""
+    cores = sorted({core for core, _ in accesses})
+    touched = np.zeros((len(cores), max(a.span()[1] for _, a in accesses) + 1), dtype=bool)
+    for core, a in accesses:
+        touched[cores.index(core), a.indices()] = True
+    return int((touched.sum(axis=0) > 1).sum())
+
+
+def shared_reads(capture):
+    """{block argument: its bytes that more than one program of the launch reads}. Each program's
+    DMAs read them for itself, so the launch moves them once per program."""
+    name = _argument_allocs(capture)
+    accesses = {}
+    for i in capture.instructions:
+        if i.engine == "dma":
+            for a in i.reads:
+                if a.alloc in name:
+                    accesses.setdefault(a.alloc, []).append((i.core, a))
+    return {name[alloc]: _touched_by_several(acc) * acc[0][1].itemsize for alloc, acc in accesses.items()}
+
+
+def shared_writes(capture, tensor):
+    """How many elements of the kernel's tensor named `tensor` more than one program writes (nkicpu
+    rejects such a write unless it leaves the bits the other program wrote: the lnc-race rule)."""
+    ids = {alloc for alloc, (name, _, _, _) in capture.allocations.items() if name == tensor}
+    assert len(ids) == 1, f"expected one tensor named {tensor!r}, got {len(ids)}"
+    return _touched_by_several([(i.core, a) for i in capture.instructions for a in i.writes if a.alloc in ids])
 
 
 # --- the tables of the part -----------------------------------------------------------------------
