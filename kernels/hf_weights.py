@@ -1,0 +1,107 @@
+"""Host-side loader: a Hugging Face transformers GDN module's weights as `gdn_block_tkg` arguments.
+
+Plain PyTorch/NumPy, no NKI (like kernels/reference.py). `gdn_weights(module)` takes a
+`Qwen3_5GatedDeltaNet` or `Qwen3NextGatedDeltaNet` (transformers `modeling_qwen3_5.py` /
+`modeling_qwen3_next.py`) and returns the kernel's seven weight arguments. The two layouts
+(reference/gdn-math.md §1.0):
+
+- Qwen3.5: four separate bias-free projections `in_proj_qkv | in_proj_z | in_proj_a | in_proj_b`;
+  the kernel's weights are their transposes, no reordering.
+- Qwen3-Next: two fused projections `in_proj_qkvz` and `in_proj_ba` whose output rows are
+  interleaved per key-head group g: [q_g (dk) | k_g (dk) | v_g (G*dv) | z_g (G*dv)] and
+  [b_g (G) | a_g (G)] (b first). They are de-interleaved once, here, into q | k | v, z, a, b.
+
+The conv1d weight is already in q | k | v channel order in both models (§1.0: HF convolves
+cat(query, key, value)); `[conv_dim, 1, K]` is squeezed to `[conv_dim, K]` (§1.1).
+"""
+import torch
+
+from .reference import to_numpy
+
+QWEN3_5_PROJECTIONS = ("in_proj_qkv", "in_proj_z", "in_proj_a", "in_proj_b")
+QWEN3_NEXT_PROJECTIONS = ("in_proj_qkvz", "in_proj_ba")
+SHARED_PARAMETERS = ("conv1d.weight", "A_log", "dt_bias", "norm.weight")
+HEAD_ATTRIBUTES = ("num_k_heads", "num_v_heads", "head_k_dim", "head_v_dim")
+
+
+def gdn_weights(module):
+    """The weight arguments of `kernels.gdn_block_tkg` from a transformers GDN module.
+
+    Args:
+        module: a `Qwen3_5GatedDeltaNet` (has in_proj_qkv, in_proj_z, in_proj_a, in_proj_b) or a
+            `Qwen3NextGatedDeltaNet` (has in_proj_qkvz, in_proj_ba), detected by the parameters
+            present; both also need conv1d.weight, A_log, dt_bias, norm.weight and the attributes
+            num_k_heads, num_v_heads, head_k_dim, head_v_dim.
+
+    Returns:
+        dict of NumPy arrays (bf16 as ml_dtypes.bfloat16), keyed by the kernel's argument names:
+        W_in_qkv [H, conv_dim], W_in_z [H, value_dim], W_in_a [H, nv], W_in_b [H, nv] in bf16;
+        conv_weight [conv_dim, K], A_log [nv], dt_bias [nv], norm_weight [dv] in fp32.
+
+    Raises:
+        ValueError naming what is missing or mis-shaped when the module is neither layout.
+
+    Notes:
+        - Qwen3-Next's fused projections are de-interleaved per gdn-math.md §1.0: value head
+          h = g * G + j belongs to key-head group g, in the same order as HF's
+          `fix_query_key_value_ordering`.
+        - Weights are rounded to the kernel's dtypes: projections to bf16, the rest to fp32
+          (exact for bf16 or fp32 checkpoints).
+    """
+    params = dict(module.named_parameters())
+    missing = [n for n in (*SHARED_PARAMETERS, *HEAD_ATTRIBUTES)
+               if n not in params and not hasattr(module, n)]
+    if missing:
+        raise ValueError(f"{type(module).__name__}: not a GDN module, missing {', '.join(missing)}")
+    nk, nv, dk, dv = (int(getattr(module, n)) for n in HEAD_ATTRIBUTES)
+    if nv % nk:
+        raise ValueError(f"{type(module).__name__}: num_v_heads ({nv}) must be a multiple of num_k_heads ({nk})")
+
+    if all(f"{n}.weight" in params for n in QWEN3_5_PROJECTIONS):
+        qkv, z, a, b = (params[f"{n}.weight"].detach() for n in QWEN3_5_PROJECTIONS)
+    elif all(f"{n}.weight" in params for n in QWEN3_NEXT_PROJECTIONS):
+        qkv, z, a, b = _deinterleave(params["in_proj_qkvz.weight"].detach(), params["in_proj_ba.weight"].detach(),
+                                     nk, nv, dk, dv)
+    else:
+        have = ", ".join(sorted(n.split(".")[0] for n in params if n.startswith("in_proj"))) or "none"
+        raise ValueError(
+            f"{type(module).__name__}: expected the Qwen3.5 projections {', '.join(QWEN3_5_PROJECTIONS)} or the "
+            f"Qwen3-Next projections {', '.join(QWEN3_NEXT_PROJECTIONS)}, found {have}")
+
+    key_dim, value_dim = nk * dk, nv * dv
+    expected = {"in_proj qkv": (qkv, 2 * key_dim + value_dim), "in_proj z": (z, value_dim),
+                "in_proj a": (a, nv), "in_proj b": (b, nv)}
+    for name, (w, rows) in expected.items():
+        if w.dim() != 2 or w.shape[0] != rows:
+            raise ValueError(f"{type(module).__name__}: {name} weight should have {rows} output rows, "
+                             f"got shape {tuple(w.shape)}")
+    conv = params["conv1d.weight"].detach()
+    if conv.dim() != 3 or conv.shape[:2] != (2 * key_dim + value_dim, 1):
+        raise ValueError(f"{type(module).__name__}: conv1d.weight should be [conv_dim, 1, K] with conv_dim = "
+                         f"{2 * key_dim + value_dim}, got {tuple(conv.shape)}")
+
+    def bf16_t(w):   # nn.Linear weight [out, H] -> the kernel's [H, out]
+        return to_numpy(w.to(torch.bfloat16).t().contiguous())
+
+    def fp32(w):
+        return to_numpy(w.to(torch.float32).contiguous())
+
+    return {
+        "W_in_qkv": bf16_t(qkv), "W_in_z": bf16_t(z), "W_in_a": bf16_t(a), "W_in_b": bf16_t(b),
+        "conv_weight": fp32(conv.squeeze(1)),
+        "A_log": fp32(params["A_log"].detach()), "dt_bias": fp32(params["dt_bias"].detach()),
+        "norm_weight": fp32(params["norm.weight"].detach()),
+    }
+
+
+def _deinterleave(w_qkvz, w_ba, nk, nv, dk, dv):
+    """Qwen3-Next's per-group [q_g | k_g | v_g | z_g] and [b_g | a_g] rows -> (qkv, z, a, b) rows in
+    the q | k | v, head-major order of Qwen3.5 (gdn-math.md §1.0)."""
+    G, H = nv // nk, w_qkvz.shape[-1]
+    if w_qkvz.shape != (nk * (2 * dk + 2 * G * dv), H) or w_ba.shape != (2 * nv, H):
+        raise ValueError(f"in_proj_qkvz / in_proj_ba should be [{nk * (2 * dk + 2 * G * dv)}, H] / [{2 * nv}, H], "
+                         f"got {tuple(w_qkvz.shape)} / {tuple(w_ba.shape)}")
+    wq, wk, wv, wz = w_qkvz.reshape(nk, 2 * dk + 2 * G * dv, H).split([dk, dk, G * dv, G * dv], dim=1)
+    qkv = torch.cat([wq.reshape(nk * dk, H), wk.reshape(nk * dk, H), wv.reshape(nv * dv, H)])
+    wba = w_ba.reshape(nk, 2 * G, H)
+    return qkv, wz.reshape(nv * dv, H), wba[:, G:].reshape(nv, H), wba[:, :G].reshape(nv, H)
