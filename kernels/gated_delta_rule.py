@@ -336,7 +336,7 @@ def _chunk(o_dtype, q, k, v, gates, consts, fold, b0, bc):
     own work in between. Each phase begins with instructions that read what other engines made in
     the phase before: with the caller's work in between, that is ready when an engine reaches
     them, and no engine's in-order queue stalls on the chain (phase 1: VectorE, ScalarE and GpSimd
-    from the inputs; phase 2: TensorE's sums, then ScalarE and VectorE finish the gates and
+    read the inputs; phase 2: TensorE's sums, then ScalarE and VectorE finish the gates and
     norms; phase 3: TensorE's k . q and selector matmuls, then VectorE's block-diagonal mask).
     The dict: gbc [P, 2, >= n] decay, beta on every partition; qk [dk, n, 2] k, q * dk**-0.5;
     decay [R * Pd, tiles] folded; kq PSUM [dv, n] k . q; x [R * Pd, F, n, 2] block-diagonal [k, q];
