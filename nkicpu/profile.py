@@ -177,3 +177,55 @@ def profile(kernel):
     def run(*args, **kwargs):
         return profile_capture(capture(kernel)(*args, **kwargs))
     return run
+
+
+# -- the critical path of a modeled timeline (the stage chapters' "what bounds it" tables) ---------
+
+# part key -> row label
+PATH_PARTS = {"latency": "DMA fixed latency", "moving": "DMA data moving", "tensor": "TensorE",
+              "vector": "VectorE", "scalar": "ScalarE", "gpsimd": "GpSimd",
+              "tables": "ScalarE table loads", "handoffs": "semaphore hand-offs"}
+
+
+def event_end(e):
+    return e["start_us"] + e["dur_us"]
+
+
+def critical_path(p, eps=1e-9):
+    """The likely timeline's critical path as (event, part, µs) steps, earliest first. From the
+    event that ends last, each step goes back to what the event waited for last: the event that
+    ended as it started on its own lane, or its producer whose end (plus a hand-off from another
+    lane) set its start. The wait between the two is a DMA's latency or a hand-off."""
+    lanes = {}
+    for e in p.events:
+        lanes.setdefault(e["lane"], []).append(e)
+    ahead = {id(e): f for lane in lanes.values() for e in lane for f in lane
+             if f is not e and f["dur_us"] > 0 and abs(event_end(f) - e["start_us"]) < eps}
+    steps, e = [], max(p.events, key=event_end)
+    while e is not None:
+        a, dma = e["args"], e["lane"].startswith("DMA")
+        part = "moving" if dma else "tables" if e["name"].startswith("ACT_TABLE_LOAD") else e["lane"]
+        steps.append((e, PATH_PARTS.get(part, part), e["dur_us"]))
+        producers = [p.events[d] for d in a["deps"]]
+        if id(e) in ahead and (not producers or e["start_us"] > a["ready_us"] + a.get("latency_us", 0) + eps):
+            e = ahead[id(e)]                                   # it waited for its lane
+            continue
+        handoff = 0.0 if dma else costs.SEMAPHORE_US
+        producer = max(producers, key=lambda d: event_end(d) + (handoff if d["lane"] != e["lane"] else 0),
+                       default=None)
+        wait = e["start_us"] - (event_end(producer) if producer else 0.0)
+        if wait > eps:
+            steps.append((e, PATH_PARTS["latency"] if dma else PATH_PARTS["handoffs"], wait))
+        e = producer
+    return steps[::-1]
+
+
+def critical_path_parts(p):
+    """Part key -> [steps, µs] of the critical path; the µs add up to the likely total."""
+    parts = {key: [0, 0.0] for key in PATH_PARTS}
+    key_of = {label: key for key, label in PATH_PARTS.items()}
+    for _, label, us in critical_path(p):
+        parts[key_of[label]][0] += 1
+        parts[key_of[label]][1] += us
+    assert abs(sum(us for _, us in parts.values()) - p.total_us) < 1e-6
+    return parts

@@ -146,3 +146,21 @@ def test_write_trace(prof, tmp_path):
     path = write_trace(prof, tmp_path / "trace.json")
     with open(path) as f:
         assert json.load(f) == trace_events(prof)
+
+
+def test_critical_path_adds_up_to_the_likely_total():
+    """The stage chapters' critical path: consecutive steps back from the last event, whose parts
+    (engines, DMA moving, latencies, hand-offs, table loads) sum to the likely time."""
+    import kernels  # noqa: F401  registers `nki`
+    from kernels.configs import model_shard
+    from kernels.conv1d_decode import conv1d_decode_kernel
+    from kernels.reference import pipeline_inputs
+    from nkicpu.profile import PATH_PARTS, critical_path, critical_path_parts, event_end, profile
+    x = pipeline_inputs(model_shard("Qwen3-Next-80B", 4, B=8))
+    p = profile(conv1d_decode_kernel)(x["mixed_qkv"], x["conv_weight"], x["conv_state"])
+    steps = critical_path(p)
+    assert steps[-1][0] is max(p.events, key=event_end)
+    assert {label for _, label, _ in steps} <= set(PATH_PARTS.values())
+    parts = critical_path_parts(p)
+    assert abs(sum(us for _, us in parts.values()) - p.total_us) < 1e-6
+    assert parts["latency"][1] > 0 and parts["moving"][1] > 0
