@@ -15,6 +15,26 @@ CONTIGUOUS_LOAD_H_THRESHOLD = 2048
 PSUM_ALIGNMENT_BYTES = 4   # norm_tkg_utils: each transposed tile starts 4-byte aligned in PSUM
 
 
+def check_and_shard_tokens(input, gamma, output, sharding_threshold):
+    """The entry checks both norm kernels make, then their LNC token sharding: (H, lnc, t0, t1).
+
+    With LNC=2 and more than `sharding_threshold` tokens (an even count), program c normalises tokens
+    t0 .. t1 - 1, half of them; otherwise every program does all of them (the library's
+    get_verified_program_sharding_info gives (1, 0) without a launch grid)."""
+    H0 = nl.tile_size.pmax
+    B, S, H = input.shape
+    BxS, H1 = B * S, H // H0
+    assert H % H0 == 0, f"input H must be a multiple of {H0}, got {H}"
+    assert tuple(output.shape) == (H0, BxS, H1), f"output must be {(H0, BxS, H1)}, got {tuple(output.shape)}"
+    assert tuple(gamma.shape) == (1, H), f"gamma must be (1, {H}), got {tuple(gamma.shape)}"
+    lnc, shard_id = (nl.num_programs(axes=0), nl.program_id(axis=0)) if nl.program_ndim() != 0 else (1, 0)
+    num_shards = lnc if lnc == 2 and BxS > sharding_threshold and BxS % lnc == 0 else 1
+    if num_shards == 1:
+        shard_id = 0
+    shard_size = BxS // num_shards
+    return H, lnc, shard_id * shard_size, (shard_id + 1) * shard_size
+
+
 def load_input_to_sbuf(input_hbm, input_sb, num_H_shards, hidden_dim_tp=False):
     """[BxS, H] @ HBM into [H0, BxS, H1] @ SBUF.
 

@@ -10,7 +10,7 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 
-from .norm_tkg_utils import load_gamma_to_sbuf, load_input_to_sbuf
+from .norm_tkg_utils import check_and_shard_tokens, load_gamma_to_sbuf, load_input_to_sbuf
 
 SHARDING_THRESHOLD = 18    # rmsnorm_tkg: with LNC=2, shard tokens across the two cores above this BxS
 BXS_TILE = 512             # rmsnorm_tkg: tokens per tile (one fp32 PSUM bank of column sums)
@@ -45,22 +45,9 @@ def rmsnorm_tkg(input, gamma, output, eps=1e-6, hidden_actual=None, hidden_dim_t
         y = x * gamma / sqrt(sum(x^2, axis=1) / hidden_actual + eps)[:, None]
         # lnc = 1 or hidden_dim_tp: output[h0, t, h1] = y[t, h] with the layout above
     """
-    H0 = nl.tile_size.pmax
-    B, S, H = input.shape
-    BxS, H1 = B * S, H // H0
-    assert H % H0 == 0, f"input H must be a multiple of {H0}, got {H}"
-    assert tuple(output.shape) == (H0, BxS, H1), f"output must be {(H0, BxS, H1)}, got {tuple(output.shape)}"
-    assert tuple(gamma.shape) == (1, H), f"gamma must be (1, {H}), got {tuple(gamma.shape)}"
+    H, lnc, t0, t1 = check_and_shard_tokens(input, gamma, output, SHARDING_THRESHOLD)
 
-    # get_verified_program_sharding_info: (1, 0) without a launch grid.
-    lnc, shard_id = (nl.num_programs(axes=0), nl.program_id(axis=0)) if nl.program_ndim() != 0 else (1, 0)
-    num_shards = lnc if lnc == 2 and BxS > SHARDING_THRESHOLD and BxS % lnc == 0 else 1
-    if num_shards == 1:
-        shard_id = 0
-    shard_size = BxS // num_shards
-    t0, t1 = shard_id * shard_size, (shard_id + 1) * shard_size
-
-    output_sb = nl.ndarray((H0, BxS, H1), dtype=input.dtype, buffer=nl.sbuf, name="rmsnorm_output_sb")
+    output_sb = nl.ndarray(output.shape, dtype=input.dtype, buffer=nl.sbuf, name="rmsnorm_output_sb")
     input_shard = input.flatten_dims(start_dim=0, end_dim=1).slice(dim=0, start=t0, end=t1)
     output_sb_shard = output_sb.slice(dim=1, start=t0, end=t1)
     _rmsnorm_impl(input_shard, gamma, output_sb_shard, num_H_shards=1 if hidden_dim_tp else lnc,
