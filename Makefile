@@ -9,7 +9,7 @@
 PYTHON ?= python3
 VENV   := .venv
 VPY    := $(VENV)/bin/python
-# Written after `pip install -r requirements.txt` succeeds; redone when requirements.txt changes.
+# Written after `pip install -r requirements.txt` succeeds; redone when either requirements file changes.
 STAMP  := $(VENV)/.requirements-installed
 
 # Run every recipe inside the venv: its bin/ first on PATH, so `python` in a notebook kernel,
@@ -49,7 +49,7 @@ test: venv
 venv: $(STAMP)
 	python -m pip install --quiet --no-deps -e .
 
-$(STAMP): requirements.txt | $(VPY)
+$(STAMP): requirements.txt requirements-book.txt | $(VPY)
 	python -m pip install -r requirements.txt
 	touch $@
 
