@@ -116,3 +116,14 @@ def test_host_pipelines_add_up_their_launches(quick_run):
         assert r["hbm_read_bytes"] == sum(p["hbm_read_bytes"] for p in parts)
         assert r["instructions"] == sum(p["instructions"] for p in parts)
     assert all(rows[n]["launches"] == 1 for n in ("2_scratch", "5_fused"))
+
+
+def test_readme_figure_draws_the_fused_kernel_modeled(tmp_path, capsys):
+    from benchmarks import readme_figure
+    out = tmp_path / "timeline.png"
+    readme_figure.main(["--out", str(out)])
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 20_000
+    printed = capsys.readouterr().out
+    assert MODELED in printed and "best" in printed and "likely" in printed
+    _, modeled = readme_figure.figure()
+    assert modeled.roofline_us <= modeled.best_us <= modeled.total_us

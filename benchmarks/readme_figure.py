@@ -1,0 +1,38 @@
+"""The picture on the README and the book's landing page: the modeled timeline of the fused kernel.
+
+    python -m benchmarks.readme_figure            # writes book/images/gdn_block_tkg_timeline.png
+
+`gdn_block_tkg` (composition step 5, one NeuronCore) at Qwen3-Next-80B TP4, B = 1, on the CPU model:
+one lane per engine and DMA queue, from the trn2 cost model. Modeled, not measured; re-run it after
+a kernel or cost-model change and commit the PNG.
+"""
+import argparse
+from pathlib import Path
+
+import kernels  # noqa: F401  (first: makes `import nki` work)
+from kernels.configs import model_shard
+from kernels.reference import make_inputs
+from nkicpu.profile import profile
+from nkicpu.timeline import plot_timeline
+
+OUT = Path(__file__).resolve().parent.parent / "book" / "images" / "gdn_block_tkg_timeline.png"
+MODEL, TP, B = "Qwen3-Next-80B", 4, 1
+
+
+def figure():
+    """The figure, and the modeled profile it draws."""
+    modeled = profile(kernels.gdn_block_tkg)(**make_inputs(model_shard(MODEL, TP, B)))
+    return plot_timeline(modeled, title=f"gdn_block_tkg, {MODEL} TP{TP}, B = {B}"), modeled
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=OUT, help=f"PNG to write (default {OUT})")
+    out = parser.parse_args(argv).out
+    fig, modeled = figure()
+    fig.savefig(out, dpi=110, bbox_inches="tight")
+    print(f"{out}: {modeled.label}, {modeled.band()}")
+
+
+if __name__ == "__main__":
+    main()
