@@ -1,10 +1,12 @@
 # The project's two commands (see README.md):
 #
 #   make book   build the book into _build/html and print where to open it
-#   make test   run every test and notebook, then a strict book build
+#   make test   a strict book build, then every test and notebook (the browser test included)
 #
 # Both set up the same virtual environment first (target `venv`). Needs only Python >= 3.10
-# with venv and pip, GNU make and bash. PYTHON picks the interpreter that creates .venv.
+# with venv and pip, GNU make and bash; `make test` also needs Debian's chromium and chromedriver,
+# which it installs with apt when they are missing (target `browser`: root or sudo).
+# PYTHON picks the interpreter that creates .venv.
 
 PYTHON ?= python3
 VENV   := .venv
@@ -24,7 +26,7 @@ export OPENBLAS_NUM_THREADS ?= 1
 SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
 .DELETE_ON_ERROR:
-.PHONY: book test venv clean
+.PHONY: book test browser venv clean
 
 BOOK_BUILD := jupyter-book build --all -W -n --keep-going .
 INDEX      := $(CURDIR)/_build/html/index.html
@@ -38,11 +40,25 @@ book: venv
 	@echo "The book is built. Open it in a browser:"
 	@echo "  $(INDEX)"
 
-test: venv
-	python -m pytest $(PYTEST_PATHS) --nbmake --nbmake-timeout=600
+# The book builds first: the browser test (tests/test_browser.py) opens the built site.
+test: venv browser
 	$(BOOK_BUILD)
 	test -s "$(INDEX)"
-	@echo "make test: tests, notebooks and the strict book build all passed"
+	python -m pytest $(PYTEST_PATHS) --nbmake --nbmake-timeout=600
+	@echo "make test: the strict book build, tests and notebooks all passed"
+
+# The browser test drives Debian's chromium through its chromedriver. A fresh CI machine has
+# neither: install both with apt, as root or through sudo; nothing to do when both are on PATH.
+browser:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ]; then sudo=; elif command -v sudo >/dev/null; then sudo=sudo; else \
+	  echo "make browser: the browser test needs chromium and chromedriver on PATH; install the" \
+	       "Debian packages chromium and chromium-driver as root (this user has no sudo)" >&2; \
+	  exit 1; \
+	fi; \
+	set -x; \
+	$$sudo apt-get update; \
+	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium chromium-driver
 
 # Always re-run the editable install (a few seconds): setuptools maps the top-level packages
 # (kernels, nkicpu, benchmarks) when it installs, so a package added later needs it again.
