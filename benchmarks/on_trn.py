@@ -57,6 +57,10 @@ What it does, in order:
    (or `Profile.from_events(d["events"], d["label"])` on the parsed JSON). The events file has no
    HBM roofline: the export does not say how many HBM bytes the kernel moved.
 
+The book's trn cells call `run_in_notebook(stage, config, batch)`: where `device_status()` finds the
+Neuron SDK, a Neuron device and neuron-explorer, it runs this command and returns the `Profile`;
+elsewhere it prints the command, what it does and what the machine lacks, and starts nothing.
+
 The NEFF, the NTFF, the raw export and the tools' logs stay in the work directory (default
 benchmarks/results/trn/<stage>-<time>/, git-ignored) for the Neuron Explorer UI.
 
@@ -74,6 +78,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -282,9 +287,14 @@ def load_events(path):
 
 # --- running tools ----------------------------------------------------------------------------
 
+def which_explorer(name="neuron-explorer"):
+    """The neuron-explorer executable: `name` on PATH, else in /opt/aws/neuron/bin; None if neither."""
+    return shutil.which(name) or shutil.which(name, path=str(EXPLORER_DEFAULT_DIR))
+
+
 def find_explorer(name):
-    """The neuron-explorer executable: `name` on PATH, else in /opt/aws/neuron/bin."""
-    found = shutil.which(name) or shutil.which(name, path=str(EXPLORER_DEFAULT_DIR))
+    """`which_explorer(name)`, or an OnTrnError (exit status 2) saying where to get it."""
+    found = which_explorer(name)
     if not found:
         raise OnTrnError(f"{name} not found on PATH or in {EXPLORER_DEFAULT_DIR}: it comes with the "
                          "aws-neuronx-tools package (preinstalled on the Neuron DLAMI; "
@@ -359,6 +369,84 @@ def sdk_versions(explorer_bin=None, timeout=60):
         except (OSError, subprocess.SubprocessError) as e:
             versions["neuron-explorer"] = f"unknown ({type(e).__name__})"
     return versions
+
+
+# --- can this machine run it? ----------------------------------------------------------------
+
+# A fresh interpreter imports `nki` with NKICPU=0: this process may have registered nkicpu as `nki`
+# (`import kernels`), and PyPI's placeholder `nki` raises ImportError on import, so only the real
+# SDK succeeds (book-tooling.md: detect NKI with a real import, not find_spec).
+SDK_PROBE = "import nki, nki.isa, nki.language"
+
+
+def neuron_sdk_importable(timeout=120):
+    """True if the real Neuron SDK imports in a fresh interpreter (this one's executable and PATHs)."""
+    env = {**os.environ, "NKICPU": "0"}
+    try:
+        r = subprocess.run([sys.executable, "-c", SDK_PROBE], env=env, capture_output=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return r.returncode == 0
+
+
+def neuron_devices():
+    """The Neuron device files (/dev/neuron0 ...) the Neuron driver creates on a trn instance."""
+    return sorted(Path("/dev").glob("neuron*"))
+
+
+def device_status():
+    """None if this machine can run a kernel on a NeuronCore and capture its profile, else one
+    sentence naming what is missing (the Neuron SDK, a Neuron device, neuron-explorer)."""
+    missing = []
+    if not neuron_sdk_importable():
+        missing.append("the Neuron SDK (`import nki` fails in a fresh Python with NKICPU=0)")
+    if not neuron_devices():
+        missing.append("a Neuron device (no /dev/neuron*)")
+    if not which_explorer():
+        missing.append(f"neuron-explorer (not on PATH or in {EXPLORER_DEFAULT_DIR})")
+    if not missing:
+        return None
+    listed = missing[0] if len(missing) == 1 else ", ".join(missing[:-1]) + " and " + missing[-1]
+    return f"This machine cannot run kernels on a NeuronCore: it lacks {listed}."
+
+
+def _from_repo(path):
+    """`path` as the command line names it: relative to the repository root (where the command
+    runs) when it is inside it."""
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
+def run_in_notebook(stage, config, batch, out="."):
+    """A notebook's trn cell. Where `device_status()` is None, run `python -m benchmarks.on_trn`
+    for `stage` in a process of its own (NKICPU=0, from the repository root, with this Python),
+    show its output, and return the real `Profile` it wrote to `<out>/<stage>_trn_events.json`.
+    Elsewhere print the command, what it does and why it does not run here, and return None."""
+    events = Path(out).resolve() / f"{stage}{EVENTS_SUFFIX}"
+    argv = [stage, "--config", config, "--batch", str(batch), "--out", _from_repo(events.parent)]
+    args = parse_args(argv)                 # a wrong stage or config fails here, on any machine
+    command = "NKICPU=0 python -m benchmarks.on_trn " + shlex.join(argv)
+    status = device_status()
+    if status is not None:
+        does = (f"It compiles {args.variant.kernel} with the Neuron compiler, runs it on a NeuronCore "
+                f"(LNC=1) at {args.shape.name}, B = {args.shape.B}, checks its outputs against "
+                "kernels.reference, captures a profile of its second execution with neuron-explorer, and "
+                f"writes {_from_repo(events)}, which this cell then loads and returns as a real Profile "
+                f"(label \"{MEASURED}\"). The NEFF, the NTFF and the raw export stay in "
+                f"{_from_repo(DEFAULT_WORK_ROOT)}/ for the Neuron Explorer UI.")
+        print(f"On a trn instance this cell runs, from the repository root:\n\n    {command}\n")
+        print(textwrap.fill(does, 80, break_on_hyphens=False) + "\n")
+        print(textwrap.fill(f"Not run here. {status}", 80, break_on_hyphens=False))
+        return None
+    print(f"$ {command}", flush=True)
+    with subprocess.Popen([sys.executable, "-m", "benchmarks.on_trn", *argv], cwd=REPO, text=True,
+                          env={**os.environ, "NKICPU": "0"},
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as proc:
+        for line in proc.stdout:            # streamed: compiling and capturing take minutes
+            print(line, end="", flush=True)
+    if proc.returncode != 0:
+        raise OnTrnError(f"{command} failed with exit status {proc.returncode} (its output is above)",
+                         proc.returncode)
+    return load_events(events)
 
 
 # --- the steps on the instance ----------------------------------------------------------------

@@ -3,10 +3,11 @@
 Nothing here runs on a NeuronCore or pretends to: the runner's device steps (compile, run,
 neuron-explorer capture and view) are untested until the project has a trn instance. Tested:
 argument parsing, the refusal without the Neuron SDK, the output check against the reference
-(fed by the CPU model), the tool runner's errors, the neuron-explorer command lines, and the
-events-file round trip. The round trip uses tests/fixtures/explorer_tables.json, which is
-HAND-MADE from the documented Parquet schema (not a capture), so its events are written under a
-fixture label, never "measured".
+(fed by the CPU model), the tool runner's errors, the neuron-explorer command lines, the
+events-file round trip, `device_status` (with the probes replaced), and both branches of the
+notebooks' `run_in_notebook` (the device process replaced by a stand-in). The round trip uses
+tests/fixtures/explorer_tables.json, which is HAND-MADE from the documented Parquet schema (not a
+capture), so its events are written under a fixture label, never "measured".
 """
 import json
 import os
@@ -244,3 +245,129 @@ def test_capture_and_export_plumbing_with_a_stand_in_tool(tmp_path):
     args.export = "parquet"                                             # the stand-in refuses: a clear error
     with pytest.raises(on_trn.OnTrnError, match="neuron-explorer view failed"):
         on_trn.capture_and_export(args, str(tool), neff, work)
+
+
+# --- can this machine run it, and the notebooks' trn cell -------------------------------------
+
+def _fake_package(root, init):
+    pkg = root / "nki"
+    for sub in ("", "isa", "language"):
+        (pkg / sub).mkdir(parents=True, exist_ok=True)
+        (pkg / sub / "__init__.py").write_text(init if not sub else "")
+
+
+@pytest.mark.skipif(kernels.NKI_BACKEND != "nkicpu" or os.environ.get("NKICPU") == "1",
+                    reason="needs a machine where `import nki` found no SDK")
+def test_the_sdk_probe_is_not_fooled_by_nkicpu_registered_as_nki():
+    import nki
+    assert nki.__name__ == "nkicpu"                # `import kernels` registered nkicpu as `nki` here ...
+    assert not on_trn.neuron_sdk_importable()      # ... and a fresh Python still finds no SDK
+
+
+def test_the_sdk_probe_tells_the_placeholder_from_an_sdk(tmp_path, monkeypatch):
+    placeholder, real = tmp_path / "placeholder", tmp_path / "real"
+    # PyPI's nki 0.0.1 raises ImportError on import (book-tooling.md)
+    _fake_package(placeholder, 'raise ImportError("WRONG PACKAGE. Please install the package from '
+                               'Neuron Repository")\n')
+    _fake_package(real, "")
+    monkeypatch.setenv("PYTHONPATH", str(placeholder))
+    assert not on_trn.neuron_sdk_importable()
+    monkeypatch.setenv("PYTHONPATH", str(real))
+    assert on_trn.neuron_sdk_importable()
+
+
+SDK, DEVICE, EXPLORER = "the Neuron SDK (", "a Neuron device (", "neuron-explorer (not on PATH"
+
+
+@pytest.mark.parametrize("sdk, devices, explorer_bin, named", [
+    (False, [Path("/dev/neuron0")], "/x/neuron-explorer", [SDK]),
+    (True, [], "/x/neuron-explorer", [DEVICE]),
+    (True, [Path("/dev/neuron0")], None, [EXPLORER]),
+    (False, [], None, [SDK, DEVICE, EXPLORER]),
+])
+def test_device_status_names_what_is_missing(sdk, devices, explorer_bin, named, monkeypatch):
+    monkeypatch.setattr(on_trn, "neuron_sdk_importable", lambda: sdk)
+    monkeypatch.setattr(on_trn, "neuron_devices", lambda: devices)
+    monkeypatch.setattr(on_trn, "which_explorer", lambda: explorer_bin)
+    status = on_trn.device_status()
+    assert status.startswith("This machine cannot run kernels on a NeuronCore: it lacks ") and status.endswith(".")
+    assert [n for n in (SDK, DEVICE, EXPLORER) if n in status] == named
+
+
+def test_device_status_is_none_with_all_three(monkeypatch):
+    monkeypatch.setattr(on_trn, "neuron_sdk_importable", lambda: True)
+    monkeypatch.setattr(on_trn, "neuron_devices", lambda: [Path("/dev/neuron0")])
+    monkeypatch.setattr(on_trn, "which_explorer", lambda: "/opt/aws/neuron/bin/neuron-explorer")
+    assert on_trn.device_status() is None
+
+
+def _no_process(*args, **kwargs):
+    raise AssertionError(f"a process was started: {args}")
+
+
+def test_run_in_notebook_on_cpu_says_what_it_would_do_and_starts_nothing(monkeypatch, capsys):
+    status = "This machine cannot run kernels on a NeuronCore: it lacks a Neuron device (no /dev/neuron*)."
+    monkeypatch.setattr(on_trn, "device_status", lambda: status)
+    monkeypatch.setattr(on_trn.subprocess, "Popen", _no_process)
+    monkeypatch.setattr(on_trn.subprocess, "run", _no_process)
+    monkeypatch.chdir(REPO / "stages")                                    # where a stage notebook runs
+    assert on_trn.run_in_notebook("conv1d_decode", "Qwen3-Next-80B-TP4", 8) is None
+    out = " ".join(capsys.readouterr().out.split())                      # unwrapped
+    assert ("NKICPU=0 python -m benchmarks.on_trn conv1d_decode --config Qwen3-Next-80B-TP4 --batch 8 "
+            "--out stages") in out
+    assert "writes stages/conv1d_decode_trn_events.json" in out and "neuron-explorer" in out
+    assert "Qwen3-Next-80B TP4, B = 8" in out and on_trn.MEASURED in out
+    assert f"Not run here. {status}" in out
+    assert not (REPO / "stages" / "conv1d_decode_trn_events.json").exists()
+
+
+def test_run_in_notebook_rejects_a_bad_stage_on_any_machine(monkeypatch, capsys):
+    monkeypatch.setattr(on_trn, "device_status", lambda: "no device.")
+    with pytest.raises(SystemExit):
+        on_trn.run_in_notebook("6_lnc2", "Qwen3-Next-80B-TP4", 1)          # LNC=2: not a runner stage
+    assert "invalid choice: '6_lnc2'" in capsys.readouterr().err
+
+
+class FakeRunner:
+    """Stands in for the device process: records how it was started and writes an events file."""
+
+    def __init__(self, returncode=0):
+        self.returncode, self.calls = returncode, []
+
+    def __call__(self, cmd, cwd, env, **kwargs):
+        self.calls.append((cmd, cwd, env))
+        out = Path(cwd) / cmd[cmd.index("--out") + 1]
+        if self.returncode == 0:
+            on_trn.write_events(out / f"{cmd[3]}{on_trn.EVENTS_SUFFIX}", _fixture_events(), label=FIXTURE_LABEL)
+        self.stdout = iter(["compiled and ran\n", "wrote it\n"])
+        return self
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_run_in_notebook_on_a_device_runs_the_command_and_returns_the_profile(tmp_path, monkeypatch, capsys):
+    runner = FakeRunner()
+    monkeypatch.setattr(on_trn, "device_status", lambda: None)
+    monkeypatch.setattr(on_trn.subprocess, "Popen", runner)
+    monkeypatch.setenv("NKICPU", "1")                                     # as the notebooks set it
+    real = on_trn.run_in_notebook("5_fused", "Qwen3-Next-80B-TP4", 1, out=tmp_path)
+    (cmd, cwd, env), = runner.calls
+    assert cmd == [sys.executable, "-m", "benchmarks.on_trn", "5_fused", "--config", "Qwen3-Next-80B-TP4",
+                   "--batch", "1", "--out", str(tmp_path.resolve())]
+    assert cwd == REPO and env["NKICPU"] == "0"
+    direct = Profile.from_events(_fixture_events(), FIXTURE_LABEL)
+    assert (real.label, real.total_us, real.busy) == (direct.label, direct.total_us, direct.busy)
+    printed = capsys.readouterr().out
+    assert printed.startswith("$ NKICPU=0 python -m benchmarks.on_trn 5_fused") and "wrote it" in printed
+
+
+def test_run_in_notebook_raises_when_the_device_process_fails(tmp_path, monkeypatch):
+    monkeypatch.setattr(on_trn, "device_status", lambda: None)
+    monkeypatch.setattr(on_trn.subprocess, "Popen", FakeRunner(returncode=1))
+    with pytest.raises(on_trn.OnTrnError, match="failed with exit status 1") as e:
+        on_trn.run_in_notebook("gdn_tkg", "Qwen3.5-27B-TP8", 1, out=tmp_path)
+    assert e.value.code == 1 and not list(tmp_path.iterdir())
