@@ -2,7 +2,7 @@
 
 Plain PyTorch/NumPy, no NKI (like kernels/reference.py). `gdn_weights(module)` takes a
 `Qwen3_5GatedDeltaNet` or `Qwen3NextGatedDeltaNet` (transformers `modeling_qwen3_5.py` /
-`modeling_qwen3_next.py`) and returns the kernel's seven weight arguments. The two layouts
+`modeling_qwen3_next.py`) and returns the kernel's eight weight arguments. The two layouts
 (reference/gdn-math.md §1.0):
 
 - Qwen3.5: four separate bias-free projections `in_proj_qkv | in_proj_z | in_proj_a | in_proj_b`;
