@@ -3,7 +3,7 @@
 A variant is a name, the kernel (as "module:function", imported when its row runs) and a function
 that picks the kernel's arguments from a `GDNShape` and the dict
 `kernels.reference.pipeline_inputs(shape)` returns; or, for a composition step that is several
-launches from the host (kernels.gdn_staged), the names of the variants it launches one after another.
+launches from the host (kernels.steps), the names of the variants it launches one after another.
 The five stage kernels come first, then the composition steps in the book's order.
 
 Each stage sees the intermediates a real decode step would give it: `pipeline_inputs` draws the
@@ -62,12 +62,12 @@ VARIANTS += [
     Variant("gdn_tkg", "kernels.gdn_tkg:gdn_tkg",
             _pick("q", "k", "v", "a", "b", "z", "A_log", "dt_bias", "norm_weight", "recurrent_state"),
             kind="composition"),
-    Variant("0_staged", "kernels.gdn_staged:gdn_block_staged", BLOCK_ARGS, kind="composition", launches=STAGES),
-    Variant("1_staged_tkg", "kernels.gdn_staged:gdn_block_staged_tkg", BLOCK_ARGS, kind="composition",
+    Variant("0_staged", "kernels.steps:gdn_block_staged", BLOCK_ARGS, kind="composition", launches=STAGES),
+    Variant("1_staged_tkg", "kernels.steps:gdn_block_staged_tkg", BLOCK_ARGS, kind="composition",
             launches=STAGES[:3] + ("gdn_tkg",)),
-    _composition("2_scratch", "kernels.gdn_block_scratch:gdn_block_tkg_scratch"),
-    _composition("3_onchip", "kernels.gdn_block:gdn_block_tkg_onchip"),
-    _composition("4_gqa_index", "kernels.gdn_block:gdn_block_tkg_gqa_index"),
+    _composition("2_scratch", "kernels.steps:gdn_block_tkg_scratch"),
+    _composition("3_onchip", "kernels.steps:gdn_block_tkg_onchip"),
+    _composition("4_gqa_index", "kernels.steps:gdn_block_tkg_gqa_index"),
     _composition("5_fused", "kernels.gdn_block:gdn_block_tkg"),
     Variant("6_lnc2", "kernels.gdn_block:gdn_block_tkg", BLOCK_ARGS, kind="composition", lnc=2),
 ]

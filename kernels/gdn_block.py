@@ -10,15 +10,10 @@ the output. The stages are their building blocks, called as they are:
   gated_delta_rule_block              stage 4
   rmsnorm_gated_tile                  stage 5
 
-The composition chapters reach this kernel one change at a time; the two steps before it are the
-same body with one switch each, kept as entry points so the book can profile them:
-
-  gdn_block_tkg_onchip     step 3: intermediates on chip, q and k still copied to the value heads
-  gdn_block_tkg_gqa_index  step 4: GQA by indexing (no copy)
-  gdn_block_tkg            step 5: z projected after the recurrence when its weights outweigh the
-                           state stream, so they load while the conv and the delta rule compute
-  gdn_block_tkg[2]         step 6: the same kernel on an LNC=2 launch grid, value heads split
-                           between the two NeuronCores (nl.program_id)
+It is composition step 5 (z projected after the recurrence when its weights outweigh the state
+stream, so they load while the conv and the delta rule compute) and, as gdn_block_tkg[2], step 6:
+value heads split between the two NeuronCores of an LNC=2 launch grid. Steps 3 and 4 are the same
+body with one switch each (kernels/steps.py).
 """
 import nki
 import nki.isa as nisa
@@ -89,31 +84,13 @@ def gdn_block_tkg(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_st
         o, recurrent_state = gated_delta_rule(q, k, v, a, b, A_log, dt_bias, recurrent_state)
         out = rmsnorm_gated(o, z, norm_weight)
     """
-    return _gdn_block(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log, dt_bias,
+    return gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log, dt_bias,
                       norm_weight, recurrent_state, gqa_by_index=True, place_z=True)
 
 
-@nki.jit
-def gdn_block_tkg_onchip(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log, dt_bias,
-                         norm_weight, recurrent_state):
-    """Composition step 3: `gdn_block_tkg` with q, k copied to the value heads on chip, z projected
-    with the other projections. Arguments and results as gdn_block_tkg."""
-    return _gdn_block(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log, dt_bias,
-                      norm_weight, recurrent_state, gqa_by_index=False, place_z=False)
-
-
-@nki.jit
-def gdn_block_tkg_gqa_index(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log, dt_bias,
-                            norm_weight, recurrent_state):
-    """Composition step 4: `gdn_block_tkg` with z projected with the other projections.
-    Arguments and results as gdn_block_tkg."""
-    return _gdn_block(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log, dt_bias,
-                      norm_weight, recurrent_state, gqa_by_index=True, place_z=False)
-
-
-def _gdn_block(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log, dt_bias, norm_weight,
+def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log, dt_bias, norm_weight,
                recurrent_state, gqa_by_index, place_z):
-    """The fused body; the two switches are the composition steps 4 and 5 (see the module docstring).
+    """The fused body; the two switches are composition steps 4 and 5 (kernels/steps.py).
 
     Launched on an LNC grid (kernel[2]), program c takes value heads h0 .. h1 - 1 (nv / 2 each) and
     the key heads they read; both load hidden. Every HBM write of a program is its own heads'

@@ -15,9 +15,9 @@ import pytest
 import kernels
 import nki
 from kernels.configs import TEST_SHARDS, GDNShape, model_shard
-from kernels.gdn_block import gdn_block_tkg, gdn_block_tkg_gqa_index, gdn_block_tkg_onchip
-from kernels.gdn_block_scratch import gdn_block_tkg_scratch
-from kernels.gdn_staged import gdn_block_staged, gdn_block_staged_tkg
+from kernels.gdn_block import gdn_block_tkg
+from kernels.steps import (gdn_block_staged, gdn_block_staged_tkg, gdn_block_tkg_gqa_index,
+                           gdn_block_tkg_onchip, gdn_block_tkg_scratch)
 from kernels.reference import gdn_block_tkg_ref, make_inputs, to_numpy, to_torch
 from tests.gdn_float64 import np_block
 from tests.gdn_testing import (assert_bit_exact, assert_output_close, assert_state_close, f64, run_unmodified,
