@@ -182,6 +182,12 @@ def rmsnorm_gated_ref(o, z, norm_weight):
     return y.to(BF16).reshape(B, 1, nv * dv)
 
 
+def gdn_tkg_ref(q, k, v, a, b, z, A_log, dt_bias, norm_weight, recurrent_state):
+    """Stages 4 and 5 chained, as the `gdn_tkg` kernel fuses them: returns (out, new recurrent_state)."""
+    o, new_state = gated_delta_rule_ref(q, k, v, a, b, A_log, dt_bias, recurrent_state)
+    return rmsnorm_gated_ref(o, z, norm_weight), new_state
+
+
 # --- the block --------------------------------------------------------------------------------
 
 def _block_dims(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,

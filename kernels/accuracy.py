@@ -1,0 +1,91 @@
+"""The project's accuracy rules, in one place: how a kernel's result is compared with the reference.
+
+NumPy only (host code, never called inside a kernel). Tests, notebooks, the sweep and the trn
+runner all judge outputs with `compare` / `assert_close`:
+
+  output      atol = rtol = 1e-2 elementwise and cosine similarity >= 0.999, all values finite
+  state       atol = rtol = 5e-3 elementwise (the fp32 recurrent state), all values finite
+  exact       bit-exact (a copy: the conv window a stage kernel shifts)
+  conv_state  the new conv window of a whole decode step: its K - 1 shifted columns bit-exact, its
+              new column (the in_proj output, which may round to the other bf16 neighbour when the
+              kernel sums in another order than torch) held to the output rule
+"""
+import numpy as np
+
+OUTPUT, STATE, EXACT, CONV_STATE = "output", "state", "exact", "conv_state"
+RULES = (OUTPUT, STATE, EXACT, CONV_STATE)
+OUTPUT_TOL = 1e-2          # atol = rtol
+OUTPUT_COSINE = 0.999
+STATE_TOL = 5e-3           # atol = rtol
+TOLERANCES = {
+    OUTPUT: f"atol = rtol = {OUTPUT_TOL:g} and cosine >= {OUTPUT_COSINE}",
+    STATE: f"atol = rtol = {STATE_TOL:g}",
+    EXACT: "bit-exact",
+    CONV_STATE: f"shifted columns bit-exact, new column atol = rtol = {OUTPUT_TOL:g}",
+}
+
+
+def f64(x):
+    return np.asarray(x, dtype=np.float64)
+
+
+def cosine(a, b):
+    """Cosine similarity of two arrays taken as vectors; 1 when both are zero."""
+    a, b = f64(a).ravel(), f64(b).ravel()
+    na, nb = np.linalg.norm(a), np.linalg.norm(b)
+    if na == 0 or nb == 0:
+        return 1.0 if na == nb else 0.0
+    return float(a @ b / (na * nb))
+
+
+def _bits_equal(got, want):
+    return np.array_equal(np.ascontiguousarray(got).view(np.uint8), np.ascontiguousarray(want).view(np.uint8))
+
+
+def _close(g, w, tol):
+    """(ok, problem) of an elementwise atol = rtol = tol comparison of finite float64 arrays."""
+    if not np.isfinite(g).all():
+        return False, f"{int((~np.isfinite(g)).sum())} non-finite values"
+    bad = np.abs(g - w) > tol + tol * np.abs(w)
+    return (True, None) if not bad.any() else (False, f"{int(bad.sum())} elements outside atol = rtol = {tol:g}")
+
+
+def compare(got, want, rule, name="output"):
+    """Judge `got` against `want` under `rule`; a JSON-ready dict with the errors and the verdict.
+
+    Keys: output, rule, tolerance, shape, dtype, max_abs_err, cosine, ok, problem (None when ok).
+    """
+    if rule not in TOLERANCES:
+        raise ValueError(f"rule: expected one of {', '.join(RULES)}, got {rule!r}")
+    got, want = np.asarray(got), np.asarray(want)
+    row = {"output": name, "rule": rule, "tolerance": TOLERANCES[rule], "shape": list(want.shape),
+           "dtype": str(want.dtype), "max_abs_err": None, "cosine": None, "ok": False, "problem": None}
+    if got.shape != want.shape or got.dtype != want.dtype:
+        row["problem"] = f"got shape {list(got.shape)} {got.dtype}, expected {list(want.shape)} {want.dtype}"
+        return row
+    g, w = f64(got), f64(want)
+    row["max_abs_err"] = float(np.max(np.abs(g - w))) if g.size else 0.0
+    row["cosine"] = cosine(g, w)
+    if rule == EXACT:
+        ok = _bits_equal(got, want)
+        problem = None if ok else f"not bit-exact ({int(np.sum(g != w))} elements differ)"
+    elif rule == CONV_STATE:
+        ok, problem = _bits_equal(got[..., :-1], want[..., :-1]), None
+        if not ok:
+            problem = f"shifted columns not bit-exact ({int(np.sum(g[..., :-1] != w[..., :-1]))} elements differ)"
+        else:
+            ok, problem = _close(g[..., -1], w[..., -1], OUTPUT_TOL)
+            problem = problem and f"new column: {problem}"
+    else:
+        ok, problem = _close(g, w, OUTPUT_TOL if rule == OUTPUT else STATE_TOL)
+        if ok and rule == OUTPUT and row["cosine"] < OUTPUT_COSINE:
+            ok, problem = False, f"cosine {row['cosine']:.6f} < {OUTPUT_COSINE}"
+    row.update(ok=bool(ok), problem=problem)
+    return row
+
+
+def assert_close(got, want, rule, name="output"):
+    """`compare`, raising AssertionError naming the output and what failed; returns the dict."""
+    row = compare(got, want, rule, name)
+    assert row["ok"], f"{name} ({rule}: {row['tolerance']}): {row['problem']}"
+    return row

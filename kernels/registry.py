@@ -1,0 +1,95 @@
+"""Every kernel the book builds, in one list: the stages, `gdn_tkg` and the composition steps.
+
+Host code. The sweep, the trn runner, the tests and the book read this list instead of keeping
+their own. An entry names its kernel and its torch reference as "module:function" (imported when
+used, so this module needs neither torch nor a kernel backend), the arguments it takes (names of
+`kernels.reference.pipeline_inputs` entries, or of `GDNShape` fields for the int arguments of
+gqa_repeat), and each output with the accuracy rule it is held to (`kernels.accuracy`).
+"""
+import importlib
+from dataclasses import dataclass
+
+from .accuracy import CONV_STATE, EXACT, OUTPUT, STATE
+
+# The fused kernel's arguments, in signature order.
+BLOCK_ARGS = ("hidden", "W_in_qkv", "W_in_z", "W_in_a", "W_in_b", "conv_weight", "conv_state", "A_log",
+              "dt_bias", "norm_weight", "recurrent_state")
+BLOCK_OUTPUTS = (("out", OUTPUT), ("new_conv_state", CONV_STATE), ("new_recurrent_state", STATE))
+
+
+def _load(target):
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    kernel: str                 # "module:function": an @nki.jit kernel, or host code that launches several
+    reference: str              # "module:function" of the torch reference, called with the same arguments
+    args: tuple                 # argument names, in order
+    outputs: tuple              # ((name, accuracy rule), ...) in return order
+    what: str                   # one line: what it is, or what the step changed
+    step: int = None            # composition step number; None for a stage and for gdn_tkg
+    launches: tuple = ()        # a host pipeline: the entries it launches, in order
+    lnc: int = 1                # launch grid: kernel[lnc], programs on lnc NeuronCores
+
+    @property
+    def kind(self):
+        return "stage" if self.name in STAGES else "composition"
+
+    def load_kernel(self):
+        kernel = _load(self.kernel)
+        return kernel[self.lnc] if self.lnc > 1 else kernel
+
+    def load_reference(self):
+        return _load(self.reference)
+
+    def arguments(self, shape, inputs):
+        """The kernel's arguments for a `GDNShape` and its `pipeline_inputs(shape)` dict."""
+        return tuple(inputs[n] if n in inputs else getattr(shape, n) for n in self.args)
+
+
+def _step(step, name, kernel, what, **kw):
+    return Entry(name, kernel, "kernels.reference:gdn_block_tkg_ref", BLOCK_ARGS, BLOCK_OUTPUTS, what,
+                 step=step, **kw)
+
+
+_STAGE_ENTRIES = (
+    Entry("in_proj", "kernels.in_proj:in_proj_kernel", "kernels.reference:in_proj_ref",
+          ("hidden", "W_in_qkv", "W_in_z", "W_in_a", "W_in_b"),
+          (("mixed_qkv", OUTPUT), ("z", OUTPUT), ("a", OUTPUT), ("b", OUTPUT)),
+          "stage 1: the four input projections"),
+    Entry("conv1d_decode", "kernels.conv1d_decode:conv1d_decode_kernel", "kernels.reference:conv1d_decode_ref",
+          ("mixed_qkv", "conv_weight", "conv_state"), (("conv_out", OUTPUT), ("new_conv_state", EXACT)),
+          "stage 2: causal conv1d decode step, SiLU, window slide"),
+    Entry("gqa_repeat", "kernels.gqa_repeat:gqa_repeat_kernel", "kernels.reference:gqa_repeat_ref",
+          ("conv_out", "nk", "dk", "dv"), (("q", OUTPUT), ("k", OUTPUT), ("v", OUTPUT)),
+          "stage 3: split q, k, v and repeat q, k to the value heads"),
+    Entry("gated_delta_rule", "kernels.gated_delta_rule:gated_delta_rule_kernel",
+          "kernels.reference:gated_delta_rule_ref",
+          ("q", "k", "v", "a", "b", "A_log", "dt_bias", "recurrent_state"), (("o", OUTPUT), ("new_state", STATE)),
+          "stage 4: gates, l2norm and the gated delta rule"),
+    Entry("rmsnorm_gated", "kernels.rmsnorm_gated:rmsnorm_gated_kernel", "kernels.reference:rmsnorm_gated_ref",
+          ("o", "z", "norm_weight"), (("out", OUTPUT),), "stage 5: RMSNormGated"),
+)
+STAGES = tuple(e.name for e in _STAGE_ENTRIES)
+
+ENTRIES = _STAGE_ENTRIES + (
+    Entry("gdn_tkg", "kernels.gdn_tkg:gdn_tkg", "kernels.reference:gdn_tkg_ref",
+          ("q", "k", "v", "a", "b", "z", "A_log", "dt_bias", "norm_weight", "recurrent_state"),
+          (("out", OUTPUT), ("new_state", STATE)), "stages 4 and 5 in one kernel"),
+    _step(0, "0_staged", "kernels.steps:gdn_block_staged", "five stage kernels, activations through HBM",
+          launches=STAGES),
+    _step(1, "1_staged_tkg", "kernels.steps:gdn_block_staged_tkg", "stages 4 and 5 fused: gdn_tkg",
+          launches=STAGES[:3] + ("gdn_tkg",)),
+    _step(2, "2_scratch", "kernels.steps:gdn_block_tkg_scratch", "one kernel, HBM scratch between stages"),
+    _step(3, "3_onchip", "kernels.steps:gdn_block_tkg_onchip", "intermediates stay on chip"),
+    _step(4, "4_gqa_index", "kernels.steps:gdn_block_tkg_gqa_index", "GQA by indexing, no copy"),
+    _step(5, "5_fused", "kernels.gdn_block:gdn_block_tkg",
+          "z after the recurrence when its weights outweigh the state: they stream under the compute"),
+    _step(6, "6_lnc2", "kernels.gdn_block:gdn_block_tkg",
+          "heads split across the two NeuronCores of an LNC=2 launch", lnc=2),
+)
+BY_NAME = {e.name: e for e in ENTRIES}
+STEPS = tuple(e for e in ENTRIES if e.step is not None)

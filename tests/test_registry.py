@@ -1,0 +1,33 @@
+"""kernels.registry: every entry loads, takes arguments the pipeline provides, and names as many
+outputs as its reference returns."""
+import pytest
+
+from kernels import accuracy, registry
+from kernels.configs import GDNShape
+from kernels.reference import pipeline_inputs, to_torch
+
+SHAPE = GDNShape(B=2, H=128, nk=1, nv=2, dk=16, dv=16, name="tiny")
+
+
+@pytest.fixture(scope="module")
+def inputs():
+    return pipeline_inputs(SHAPE)
+
+
+@pytest.mark.parametrize("entry", registry.ENTRIES, ids=lambda e: e.name)
+def test_entry_is_complete(entry, inputs):
+    assert callable(entry.load_kernel())
+    args = entry.arguments(SHAPE, inputs)
+    assert len(args) == len(entry.args)
+    want = entry.load_reference()(*[to_torch(a) if hasattr(a, "dtype") else a for a in args])
+    want = want if isinstance(want, tuple) else (want,)
+    assert len(want) == len(entry.outputs), entry.name
+    assert all(rule in accuracy.RULES for _, rule in entry.outputs)
+    for launch in entry.launches:
+        assert launch in registry.BY_NAME
+
+
+def test_steps_are_numbered_in_order():
+    assert [e.step for e in registry.STEPS] == list(range(len(registry.STEPS)))
+    assert [e.kind for e in registry.ENTRIES[:5]] == ["stage"] * 5
+    assert registry.BY_NAME["6_lnc2"].lnc == 2
