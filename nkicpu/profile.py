@@ -166,7 +166,7 @@ def profile_instructions(instructions, shapes=None, outputs=None):
 
 def profile_capture(capture):
     """Schedule a `nkicpu.Capture` with the trn2 cost model."""
-    shapes = {alloc: shape for alloc, (_, _, _, shape) in capture.allocations.items()}
+    shapes = {alloc: info.shape for alloc, info in capture.allocations.items()}
     return profile_instructions(capture.instructions, shapes, capture.outputs)
 
 
