@@ -27,8 +27,8 @@ __all__ = ["jit", "simulate", "capture", "Capture", "install_as_nki", "language"
 # LIB core/mlp/mlp_cte/mlp_cte_constants.py); nkicpu's dtypes are NumPy dtypes.
 dtype = np.dtype
 
-# LNC degrees of a trn2 launch grid kernel[n]: 1 or 2 physical cores (reference/nki-api.md §1.3;
-# SDK nki/get-started/about/lnc.rst: "kernel[8]" is an error on the current architecture).
+# LNC degrees of a trn2 launch grid kernel[n]: 1 or 2 physical cores (SDK
+# nki/get-started/about/lnc.rst: "kernel[8]" is an error on the current architecture).
 LNC_DEGREES = (1, 2)
 
 

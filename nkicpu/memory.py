@@ -14,7 +14,7 @@ import numpy as np
 
 from .errors import rule_error
 
-# trn2 NeuronCore-v3 numbers (reference/nki-api.md §2.6, §2.7, §7).
+# trn2 NeuronCore-v3 numbers (SDK about-neuron/arch/neuron-hardware/neuron-core-v3.rst, nl.tile_size).
 PMAX = 128                               # partitions
 SBUF_PARTITION_BYTES = 224 * 1024        # 28 MiB / 128 partitions
 PSUM_BANK_BYTES = 2 * 1024               # one bank = 512 fp32 per partition
@@ -140,8 +140,9 @@ class Accounting:
                 weakref.finalize(alloc, self._free_psum, alloc.id)
                 return
         raise rule_error("psum-capacity", where,
-                         f"needs {banks} bank(s) of 2 KiB per partition but trn2 PSUM has {PSUM_NUM_BANKS} banks "
-                         f"(16 KiB) and {sum(b is None for b in self.psum_banks)} are free in live allocations")
+                         f"needs {banks} bank(s) of {PSUM_BANK_BYTES // 1024} KiB per partition but trn2 PSUM has "
+                         f"{PSUM_NUM_BANKS} banks ({PSUM_NUM_BANKS * PSUM_BANK_BYTES // 1024} KiB) and "
+                         f"{sum(b is None for b in self.psum_banks)} are free in live allocations")
 
     def _free_sbuf(self, nbytes):
         self.sbuf_bytes -= nbytes

@@ -1,6 +1,6 @@
 """NkiTensor views and indexing, nl.* helpers, and how kernels run (jit, simulate, imports).
 
-View semantics follow the NkiTensor docstrings of the SDK 2.32 stubs (reference/nki-api.md §2):
+View semantics follow the NkiTensor docstrings of the SDK 2.32 stubs:
 on-chip tensors keep the partition dim first (an integer index leaves it as size 1, results are
 at least 2-D); HBM integer indices drop the dim (results at least 1-D). Every view is checked by
 copying what it addresses out of the kernel and comparing with the same NumPy view.
