@@ -1,5 +1,6 @@
 """What the composition chapters share: a step's runs, its check against the reference, and the
-figures and tables its profile is read from.
+figures and tables its profile is read from. The analyses of any capture or profile that the tables
+use (`dma_parts`, `core_parts`, `scratch_chain`, ...) are nkicpu's (`nkicpu.profile`).
 
 Each chapter in this folder imports it (a notebook runs with its own folder as the working
 directory). The runs use the inputs of the benchmark sweep (`kernels.reference.pipeline_inputs`),
