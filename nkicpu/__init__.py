@@ -18,7 +18,7 @@ from . import isa, language
 from .errors import NkiValidationError, not_modeled, rule_error
 from .memory import MemoryRegion, check_dtype
 from .run import Run, running
-from .tensor import NkiTensor, row_major
+from .tensor import NkiTensor
 
 __all__ = ["jit", "simulate", "capture", "Capture", "install_as_nki", "language", "isa", "NkiValidationError"]
 
@@ -99,7 +99,7 @@ def _wrap_input(run, x, i, buffer):
     if not isinstance(x, np.ndarray):
         return x  # Python scalars, tuples, dataclasses pass through as compile-time constants
     alloc = run.argument(i, x, check_dtype(x.dtype, f"kernel argument {i}"), buffer)
-    return NkiTensor(alloc, alloc.shape, row_major(alloc.shape), 0)
+    return NkiTensor.whole(alloc)
 
 
 def _is_torch(x):

@@ -11,7 +11,7 @@ from .errors import not_modeled, rule_error
 from .memory import DTYPES, PMAX, MemoryRegion, check_dtype, is_hbm, is_on_chip, is_psum, is_sbuf
 from .ops import OPS
 from .run import current_run, running
-from .tensor import DynamicSlice, NkiTensor, row_major
+from .tensor import DynamicSlice, NkiTensor
 
 __all__ = ["NkiTensor", "is_hbm", "is_on_chip", "is_psum", "is_sbuf"]
 
@@ -69,7 +69,7 @@ def ndarray(shape, dtype, buffer=sbuf, name="", address=None):
         raise rule_error("partition-dim", where, f"the partition dim (shape[0]) of a tensor in {buffer.name} must be "
                                                  f"<= {PMAX}, got {shape[0]}")
     alloc = current_run("nl.ndarray").allocate(shape, dt, buffer, name)
-    return NkiTensor(alloc, shape, row_major(shape), 0)
+    return NkiTensor.whole(alloc)
 
 
 def _filled(shape, dtype, buffer, name, value):

@@ -37,6 +37,11 @@ class NkiTensor:
         self.strides = tuple(int(s) for s in strides)
         self.offset = int(offset)
 
+    @classmethod
+    def whole(cls, alloc):
+        """All of an allocation, row-major: what `nl.ndarray` returns and a kernel argument is."""
+        return cls(alloc, alloc.shape, row_major(alloc.shape), 0)
+
     # -- attributes of the documented API ---------------------------------------------------
     @property
     def dtype(self):
