@@ -16,7 +16,7 @@ import numpy as np
 
 from . import isa, language
 from .errors import NkiValidationError, not_modeled, rule_error
-from .memory import Allocation, MemoryRegion, check_dtype
+from .memory import MemoryRegion, check_dtype
 from .run import Run, running
 from .tensor import NkiTensor
 
@@ -27,8 +27,8 @@ __all__ = ["jit", "simulate", "capture", "Capture", "install_as_nki", "language"
 # LIB core/mlp/mlp_cte/mlp_cte_constants.py); nkicpu's dtypes are NumPy dtypes.
 dtype = np.dtype
 
-# LNC degrees of a trn2 launch grid kernel[n]: 1 or 2 physical cores (reference/nki-api.md §1.3;
-# SDK nki/get-started/about/lnc.rst: "kernel[8]" is an error on the current architecture).
+# LNC degrees of a trn2 launch grid kernel[n]: 1 or 2 physical cores (SDK
+# nki/get-started/about/lnc.rst: "kernel[8]" is an error on the current architecture).
 LNC_DEGREES = (1, 2)
 
 
@@ -80,11 +80,15 @@ def jit(fn=None, **kwargs):
 class Capture:
     """A finished run: its outputs, every instruction it issued and the allocations they name.
 
-    The peaks are per partition; for a launch grid, `peak_*` is the largest over its cores (each core
-    has its own SBUF and PSUM) and `*_per_core` lists them by program id."""
+    Allocation ids number a run's allocations from 1. `allocations` maps the id of each tensor the
+    kernel allocated to its `AllocationInfo`; `arguments` maps each NumPy argument's position (or
+    keyword) to the id of its HBM copy. The peaks are per partition; for a launch grid, `peak_*` is
+    the largest over its cores (each core has its own SBUF and PSUM) and `*_per_core` lists them by
+    program id."""
     outputs: object
     instructions: list
     allocations: dict
+    arguments: dict
     peak_sbuf_bytes: int
     peak_psum_banks: int
     peak_sbuf_bytes_per_core: tuple
@@ -94,11 +98,8 @@ class Capture:
 def _wrap_input(run, x, i, buffer):
     if not isinstance(x, np.ndarray):
         return x  # Python scalars, tuples, dataclasses pass through as compile-time constants
-    dt = check_dtype(x.dtype, f"kernel argument {i}")
-    alloc = Allocation(x.shape or (1,), dt, buffer, f"arg{i}", None)
-    alloc.data[...] = x.reshape(-1)
-    run.track(alloc)
-    return NkiTensor(alloc, x.shape or (1,), language._row_major(x.shape or (1,)), 0)
+    alloc = run.argument(i, x, check_dtype(x.dtype, f"kernel argument {i}"), buffer)
+    return NkiTensor.whole(alloc)
 
 
 def _is_torch(x):
@@ -166,8 +167,8 @@ def capture(kernel):
         sbuf = tuple(acc.peak_sbuf_bytes for acc in r.accountings)
         psum = tuple(acc.peak_psum_banks for acc in r.accountings)
         return Capture(outputs=arrays if is_tuple else arrays[0], instructions=r.instructions,
-                       allocations=r.allocations, peak_sbuf_bytes=max(sbuf), peak_psum_banks=max(psum),
-                       peak_sbuf_bytes_per_core=sbuf, peak_psum_banks_per_core=psum)
+                       allocations=r.allocations, arguments=r.arguments, peak_sbuf_bytes=max(sbuf),
+                       peak_psum_banks=max(psum), peak_sbuf_bytes_per_core=sbuf, peak_psum_banks_per_core=psum)
 
     return run
 

@@ -10,6 +10,7 @@ from types import ModuleType
 import numpy as np
 
 from .errors import NkiValidationError, not_modeled, rule_error
+from .language import tile_size as TILE  # nl.tile_size, not shadowed by nc_matmul(tile_size=)
 from .memory import DTYPES, PMAX, PSUM_BANK_BYTES, is_float, is_hbm, is_psum, is_sbuf
 from .ops import Op
 from .record import access_of
@@ -465,10 +466,12 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     if moving.partitions != K:
         raise rule_error("matmul-contraction", where, f"stationary and moving must share the contraction (partition) "
                                                       f"size, got {K} and {moving.partitions}")
-    if M > 128:
-        raise rule_error("matmul-stationary-free", where, f"stationary free size must be <= 128, got {M}")
-    if N > 512:
-        raise rule_error("matmul-moving-free", where, f"moving free size must be <= 512 (one PSUM bank), got {N}")
+    if M > TILE.gemm_stationary_fmax:
+        raise rule_error("matmul-stationary-free", where,
+                         f"stationary free size must be <= {TILE.gemm_stationary_fmax}, got {M}")
+    if N > TILE.gemm_moving_fmax:
+        raise rule_error("matmul-moving-free", where,
+                         f"moving free size must be <= {TILE.gemm_moving_fmax} (one PSUM bank), got {N}")
     if dst.partitions != M or dst.free_size != N:
         raise rule_error("matmul-dst-shape", where, f"dst must be [{M}, {N}] (stationary free x moving free), "
                                                     f"got {list(dst.shape)}")
@@ -779,9 +782,6 @@ def reciprocal(dst, data, name=None):
 
 # -- VectorE statistics (SDK isa stub: bn_stats, bn_aggr) ---------------------------------------
 
-BN_STATS_FMAX = 512     # nl.tile_size.bn_stats_fmax: bn_stats input elements per partition (bn_stats docstring)
-
-
 def _count_mean_m2(x):
     """Per row of x: (count, mean, variance * count). A group with no elements (the odd elements of
     a one-element row) gives zeros (estimate: the docs do not say; bn_aggr weighs it by count 0)."""
@@ -797,10 +797,11 @@ def bn_stats(dst, data, name=None):
     where = "nisa.bn_stats"
     _on_chip(dst, where, "dst")
     _on_chip(data, where, "data")
-    if data.free_size > BN_STATS_FMAX:
+    fmax = TILE.bn_stats_fmax
+    if data.free_size > fmax:
         raise rule_error("operand-shape", where, f"data has {data.free_size} elements per partition; bn_stats takes at "
-                                                 f"most {BN_STATS_FMAX} (nl.tile_size.bn_stats_fmax): run it per "
-                                                 f"512-element tile and combine the outputs with one bn_aggr")
+                                                 f"most {fmax} (nl.tile_size.bn_stats_fmax): run it per "
+                                                 f"{fmax}-element tile and combine the outputs with one bn_aggr")
     if dst.partitions != data.partitions or dst.free_size != 6:
         raise rule_error("operand-shape", where, f"dst must hold 6 statistics for each of data's {data.partitions} "
                                                  f"partitions, [{data.partitions}, 6], got {list(dst.shape)}")

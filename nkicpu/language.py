@@ -31,14 +31,14 @@ class NKIObject:
 
 
 class _TileSize:
-    """trn2 tile-size constants (reference/nki-api.md §2.6)."""
+    """trn2 tile-size constants (the SDK 2.32 stub's nl.tile_size): the home of the TensorE and
+    VectorE limits; the memory sizes come from `nkicpu.memory`."""
     pmax = PMAX
-    psum_fmax = 512
-    psum_bank_fmax = 512
     psum_bank_fmax_bytes = memory.PSUM_BANK_BYTES
+    psum_bank_fmax = psum_fmax = memory.PSUM_BANK_BYTES // 4   # fp32 elements in one bank
     psum_num_banks = memory.PSUM_NUM_BANKS
-    gemm_stationary_fmax = 128
-    gemm_moving_fmax = 512
+    gemm_stationary_fmax = 128                                 # the PE array's columns
+    gemm_moving_fmax = psum_bank_fmax                          # a matmul's output row fills one bank
     bn_stats_fmax = 512
     sbuf_size_bytes = PMAX * memory.SBUF_PARTITION_BYTES
     sbuf_fmax_bytes = memory.SBUF_PARTITION_BYTES
@@ -69,11 +69,7 @@ def ndarray(shape, dtype, buffer=sbuf, name="", address=None):
         raise rule_error("partition-dim", where, f"the partition dim (shape[0]) of a tensor in {buffer.name} must be "
                                                  f"<= {PMAX}, got {shape[0]}")
     alloc = current_run("nl.ndarray").allocate(shape, dt, buffer, name)
-    return NkiTensor(alloc, shape, _row_major(shape), 0)
-
-
-def _row_major(shape):
-    return tuple(int(np.prod(shape[i + 1:])) for i in range(len(shape)))
+    return NkiTensor.whole(alloc)
 
 
 def _filled(shape, dtype, buffer, name, value):
@@ -107,7 +103,7 @@ def affine_range(start, stop=None, step=1):
 sequential_range = static_range = affine_range
 
 
-# -- SPMD launch grid: kernel[n] (reference/nki-api.md §1.3; SDK nki/get-started/about/lnc.rst) ----
+# -- SPMD launch grid: kernel[n] (SDK nki/get-started/about/lnc.rst) --------------------------------
 def _grid():
     """(program id, number of programs, grid rank) of the running kernel; (0, 1, 0) without a grid."""
     run = current_run("the SPMD queries") if running() else None

@@ -14,7 +14,7 @@ import numpy as np
 
 from .errors import rule_error
 
-# trn2 NeuronCore-v3 numbers (reference/nki-api.md §2.6, §2.7, §7).
+# trn2 NeuronCore-v3 numbers (SDK about-neuron/arch/neuron-hardware/neuron-core-v3.rst, nl.tile_size).
 PMAX = 128                               # partitions
 SBUF_PARTITION_BYTES = 224 * 1024        # 28 MiB / 128 partitions
 PSUM_BANK_BYTES = 2 * 1024               # one bank = 512 fp32 per partition
@@ -88,13 +88,11 @@ def check_dtype(dtype, where):
 
 
 class Allocation:
-    """One `nl.ndarray`: its storage and where it lives."""
+    """One `nl.ndarray` or NumPy kernel argument: its storage and where it lives. Its `id` numbers
+    it within its run (`nkicpu.run.Run` counts from 1 in every run)."""
 
-    _next_id = 0
-
-    def __init__(self, shape, dtype, buffer, name, accounting):
-        Allocation._next_id += 1
-        self.id = Allocation._next_id
+    def __init__(self, id, shape, dtype, buffer, name, accounting=None):
+        self.id = id
         self.shape = tuple(shape)
         self.dtype = dtype
         self.buffer = buffer
@@ -106,7 +104,8 @@ class Allocation:
         # `accumulate=None` can tell a first write (overwrite) from a later one (accumulate).
         self.matmul_written = np.zeros(size, dtype=bool) if is_psum(buffer) else None
         self.row_elems = size // self.shape[0] if is_on_chip(buffer) else None
-        self.bank = accounting.allocate(self) if accounting is not None else None
+        if accounting is not None:
+            accounting.allocate(self)
 
 
 class Accounting:
@@ -120,7 +119,7 @@ class Accounting:
 
     def allocate(self, alloc):
         if not is_on_chip(alloc.buffer):
-            return None
+            return
         nbytes = alloc.row_elems * alloc.dtype.itemsize
         where = f"nl.ndarray {alloc.name} {list(alloc.shape)} {alloc.dtype.name} in {alloc.buffer.name}"
         if is_sbuf(alloc.buffer):
@@ -131,7 +130,7 @@ class Accounting:
             self.sbuf_bytes += nbytes
             self.peak_sbuf_bytes = max(self.peak_sbuf_bytes, self.sbuf_bytes)
             weakref.finalize(alloc, self._free_sbuf, nbytes)
-            return None
+            return
         banks = -(-nbytes // PSUM_BANK_BYTES)
         for start in range(PSUM_NUM_BANKS - banks + 1):
             if all(b is None for b in self.psum_banks[start:start + banks]):
@@ -139,10 +138,11 @@ class Accounting:
                 used = sum(b is not None for b in self.psum_banks)
                 self.peak_psum_banks = max(self.peak_psum_banks, used)
                 weakref.finalize(alloc, self._free_psum, alloc.id)
-                return start
+                return
         raise rule_error("psum-capacity", where,
-                         f"needs {banks} bank(s) of 2 KiB per partition but trn2 PSUM has {PSUM_NUM_BANKS} banks "
-                         f"(16 KiB) and {sum(b is None for b in self.psum_banks)} are free in live allocations")
+                         f"needs {banks} bank(s) of {PSUM_BANK_BYTES // 1024} KiB per partition but trn2 PSUM has "
+                         f"{PSUM_NUM_BANKS} banks ({PSUM_NUM_BANKS * PSUM_BANK_BYTES // 1024} KiB) and "
+                         f"{sum(b is None for b in self.psum_banks)} are free in live allocations")
 
     def _free_sbuf(self, nbytes):
         self.sbuf_bytes -= nbytes

@@ -9,10 +9,15 @@ events hold. Both are at least the HBM roofline. The standalone launch preamble 
 launches explicitly. `Profile.from_events` wraps an event list from anywhere else, such as a real
 Neuron Explorer capture reduced by `nkicpu.explorer`, so that the same summary, plots and traces
 show real data under its own label. A modeled number is never called measured.
+
+Read from a profile or a capture at the end: the critical path of the likely timeline, and where a
+launch's time goes (DMA moving or not, its HBM scratch chain, what the cores of a grid share).
 """
 import dataclasses
 import re
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from . import costs
 from .schedule import ENGINE_LANES, core_count, dependencies, lane_name, schedule
@@ -41,20 +46,26 @@ def ordered_lanes(names):
     return sorted(set(names), key=key)
 
 
+def event_end(e):
+    return e["start_us"] + e["dur_us"]
+
+
+def covered_us(spans):
+    """The time covered by at least one of the (start, end) spans (overlaps counted once)."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(spans):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
 def _busy_us(events):
-    """Per lane, the time covered by at least one event (overlaps counted once)."""
+    """Per lane, the time covered by at least one event."""
     spans = {}
     for e in events:
-        spans.setdefault(e["lane"], []).append((e["start_us"], e["start_us"] + e["dur_us"]))
-    covered = {}
-    for lane, intervals in spans.items():
-        total, reach = 0.0, float("-inf")
-        for start, end in sorted(intervals):
-            if end > reach:
-                total += end - max(start, reach)
-                reach = end
-        covered[lane] = total
-    return covered
+        spans.setdefault(e["lane"], []).append((e["start_us"], event_end(e)))
+    return {lane: covered_us(intervals) for lane, intervals in spans.items()}
 
 
 @dataclass
@@ -164,10 +175,13 @@ def profile_instructions(instructions, shapes=None, outputs=None):
                                launch_us=costs.LAUNCH_US)
 
 
+def _shapes(capture):
+    return {alloc: info.shape for alloc, info in capture.allocations.items()}
+
+
 def profile_capture(capture):
     """Schedule a `nkicpu.Capture` with the trn2 cost model."""
-    shapes = {alloc: shape for alloc, (_, _, _, shape) in capture.allocations.items()}
-    return profile_instructions(capture.instructions, shapes, capture.outputs)
+    return profile_instructions(capture.instructions, _shapes(capture), capture.outputs)
 
 
 def profile(kernel):
@@ -185,10 +199,6 @@ def profile(kernel):
 PATH_PARTS = {"latency": "DMA fixed latency", "moving": "DMA data moving", "tensor": "TensorE",
               "vector": "VectorE", "scalar": "ScalarE", "gpsimd": "GpSimd",
               "tables": "ScalarE table loads", "handoffs": "semaphore hand-offs"}
-
-
-def event_end(e):
-    return e["start_us"] + e["dur_us"]
 
 
 def critical_path(p, eps=1e-9):
@@ -229,3 +239,97 @@ def critical_path_parts(p):
         parts[key_of[label]][1] += us
     assert abs(sum(us for _, us in parts.values()) - p.total_us) < 1e-6
     return parts
+
+
+# -- where a launch's time goes: DMA moving or not, HBM scratch, what the cores of a grid share ----
+
+def no_dma_spans(p):
+    """The stretches of a profile's (likely) timeline in which no DMA moves any data: [(start, end)]."""
+    spans, reach = [], 0.0
+    for start, end in sorted((e["start_us"], event_end(e)) for e in p.events if e["lane"].startswith("DMA")):
+        if start > reach:
+            spans.append((reach, start))
+        reach = max(reach, end)
+    if p.total_us > reach:
+        spans.append((reach, p.total_us))
+    return spans
+
+
+def dma_parts(capture, band=costs.LIKELY):
+    """A single core's launch's modeled time under one estimate, in three parts (µs) that add up to it:
+
+    full_rate   its HBM bytes at the estimate's DMA rate (`costs.dma_bytes_per_us`)
+    below_rate  the rest of the time some DMA moves data (descriptor overheads, queues left idle)
+    no_dma      the time no DMA moves any data: compute and fixed latencies in the open
+
+    `core_parts` splits each core of an LNC grid's launch.
+    """
+    parts = core_parts(capture, band)
+    if len(parts) != 1:
+        raise ValueError(f"dma_parts: the capture is a launch on {len(parts)} cores; use core_parts")
+    return parts[0]
+
+
+def core_parts(capture, band=costs.LIKELY):
+    """`dma_parts` of every physical core of a launch, by program id, plus its "total". Each core
+    has its own DMA queues and bandwidth (`nkicpu.schedule`, rule 5), so its time splits on its
+    own: its total is when its last instruction ends, its bytes those its own DMAs move."""
+    slots = schedule(capture.instructions, _shapes(capture), band=band)
+    parts = []
+    for core in range(core_count(capture.instructions)):
+        # a work slot's index is the instruction it was done for, so it counts on that one's core
+        mine = [s for s in slots if capture.instructions[s.index].core == core]
+        total = max(s.end_us for s in mine)
+        moving = covered_us([(s.start_us, s.end_us) for s in mine if s.transfer])
+        nbytes = sum(sum(costs.hbm_bytes(i)) for i in capture.instructions if i.engine == "dma" and i.core == core)
+        full = nbytes / costs.dma_bytes_per_us(band)
+        parts.append({"total": total, "full_rate": full, "below_rate": moving - full, "no_dma": total - moving})
+    return parts
+
+
+def scratch_chain(capture, p):
+    """The HBM scratch of a single launch and its modeled profile `p`: (transfers, bytes, transfers
+    on the longest chain, their fixed latencies in µs, likely). A scratch transfer is a DMA to or
+    from an HBM tensor the kernel allocated for itself (private_hbm); the chain follows the
+    dependencies the scheduler found, and the longest one has the most scratch latency on it."""
+    scratch = {a for a, info in capture.allocations.items() if info.buffer == "private_hbm"}
+    is_scratch = [i.engine == "dma" and any(a.alloc in scratch for a in i.reads + i.writes)
+                  for i in capture.instructions]
+    chain = []          # per instruction: (latency, transfers) of the heaviest chain ending at it
+    for k, e in enumerate(p.events[:len(capture.instructions)]):
+        up = max((chain[d] for d in e["args"]["deps"]), default=(0.0, 0))
+        chain.append((up[0] + e["args"]["latency_us"], up[1] + 1) if is_scratch[k] else up)
+    latency, on_chain = max(chain)
+    nbytes = sum(i.writes[0].nbytes for i, s in zip(capture.instructions, is_scratch) if s)
+    return sum(is_scratch), nbytes, on_chain, latency
+
+
+def _touched_by_several(accesses):
+    """How many elements of one allocation more than one core touches; `accesses`: [(core, Access)]."""
+    cores = sorted({core for core, _ in accesses})
+    touched = np.zeros((len(cores), max(a.span()[1] for _, a in accesses) + 1), dtype=bool)
+    for core, a in accesses:
+        touched[cores.index(core), a.indices()] = True
+    return int((touched.sum(axis=0) > 1).sum())
+
+
+def shared_reads(capture):
+    """{kernel argument (position or keyword): its bytes that more than one program of a launch
+    grid reads}. Each program's DMAs read them for itself, so the launch moves them once per program."""
+    key_of = {alloc: key for key, alloc in capture.arguments.items()}
+    accesses = {}
+    for i in capture.instructions:
+        if i.engine == "dma":
+            for a in i.reads:
+                if a.alloc in key_of:
+                    accesses.setdefault(a.alloc, []).append((i.core, a))
+    return {key_of[alloc]: _touched_by_several(acc) * acc[0][1].itemsize for alloc, acc in accesses.items()}
+
+
+def shared_writes(capture, tensor):
+    """How many elements of the kernel's tensor named `tensor` more than one program writes (nkicpu
+    rejects such a write unless it leaves the bits the other program wrote: the lnc-race rule)."""
+    ids = {alloc for alloc, info in capture.allocations.items() if info.name == tensor}
+    if len(ids) != 1:
+        raise ValueError(f"shared_writes: expected one tensor named {tensor!r}, got {len(ids)}")
+    return _touched_by_several([(i.core, a) for i in capture.instructions for a in i.writes if a.alloc in ids])

@@ -2,9 +2,11 @@
 
 An `Access` names the memory an operand touches (allocation, buffer, dtype, offset and
 [stride, count] pattern in elements, bytes); an `Instruction` is one engine instruction with its
-reads and writes. Nothing here holds tensor data, so recording a run keeps no allocation alive.
+reads and writes; an `AllocationInfo` describes an allocation an access names. Nothing here
+holds tensor data, so recording a run keeps no allocation alive.
 """
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import math
 
@@ -13,9 +15,17 @@ import numpy as np
 from .memory import dtype_name
 
 
+class AllocationInfo(NamedTuple):
+    """One allocation of a run (`Capture.allocations` maps its id to this): metadata only."""
+    name: str
+    buffer: str            # "sbuf", "psum", "private_hbm", "shared_hbm"
+    dtype: str             # the NKI dtype name
+    shape: tuple
+
+
 @dataclass(frozen=True)
 class Access:
-    alloc: int
+    alloc: int             # the allocation's id in its run
     buffer: str            # "sbuf", "psum", "private_hbm", "shared_hbm"
     dtype: str
     offset: int            # elements into the allocation
@@ -54,18 +64,6 @@ class Access:
         for s, n in self.pattern:
             idx = (idx[:, None] + np.arange(n, dtype=np.int64)[None, :] * s).ravel()
         return idx
-
-    def overlaps(self, other, exact_limit=1 << 20):
-        """True if the two accesses touch a common storage element."""
-        if self.alloc != other.alloc:
-            return False
-        a0, a1 = self.span()
-        b0, b1 = other.span()
-        if a1 < b0 or b1 < a0:
-            return False
-        if self.elements > exact_limit or other.elements > exact_limit:
-            return True  # conservative for very large accesses
-        return bool(np.intersect1d(self.indices(), other.indices(), assume_unique=False).size)
 
 
 @dataclass

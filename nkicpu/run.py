@@ -8,6 +8,8 @@ too) and a write that changes the bits of an element another program wrote or re
 write of the same bits is harmless: below its sharding threshold the NKI library's rmsnorm_tkg lets
 both cores of an LNC=2 launch write the whole output (LIB core/subkernels/rmsnorm_tkg.py).
 """
+import itertools
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,9 +17,10 @@ from numpy.lib.stride_tricks import as_strided
 
 from .errors import rule_error
 from .memory import PMAX, Accounting, Allocation, MemoryRegion, dtype_name
-from .record import Instruction
+from .record import AllocationInfo, Instruction
 
-_current = None
+# The run this thread (or task) is in: `nl.*` and `nisa.*` calls find it here.
+_active = ContextVar("nkicpu_run", default=None)
 
 
 class Run:
@@ -25,7 +28,9 @@ class Run:
         self.programs = programs       # n of a launch grid kernel[n]; None without a grid
         self.accountings = [Accounting() for _ in range(self.num_programs)]
         self.instructions = []
-        self.allocations = {}          # id -> (name, buffer, dtype, shape): metadata only
+        self.allocations = {}          # id -> AllocationInfo of the kernel's own tensors
+        self.arguments = {}            # position (or keyword) -> id of a NumPy kernel argument
+        self._ids = itertools.count(1)  # allocation ids: every run numbers its own from 1
         self.core = 0                  # the program (physical core) now running
         self.accounting = self.accountings[0]
         # ScalarE's 128 per-lane fp32 reduce registers; unset until a reduce_cmd resets them.
@@ -39,16 +44,14 @@ class Run:
         return self.programs or 1
 
     def __enter__(self):
-        global _current
-        if _current is not None:
+        if _active.get() is not None:
             raise RuntimeError("nkicpu: a kernel is already running; a nested @nki.jit call is inlined, "
                                "not simulated again")
-        _current = self
+        self._token = _active.set(self)
         return self
 
     def __exit__(self, *exc):
-        global _current
-        _current = None
+        _active.reset(self._token)
 
     # -- programs of a launch grid -------------------------------------------------------------
     def start_program(self, core):
@@ -72,10 +75,18 @@ class Run:
         shared = self.num_programs > 1 and buffer is MemoryRegion.shared_hbm
         if shared and self.core:
             return self._shared_again(shape, dtype, name)
-        alloc = Allocation(shape, dtype, buffer, name, self.accounting)
-        self.allocations[alloc.id] = (alloc.name, buffer.value, dtype_name(dtype), tuple(shape))
+        alloc = Allocation(next(self._ids), shape, dtype, buffer, name, self.accounting)
+        self.allocations[alloc.id] = AllocationInfo(alloc.name, buffer.value, dtype_name(dtype), alloc.shape)
         if shared:
             self._shared.append(alloc)
+        self.track(alloc)
+        return alloc
+
+    def argument(self, key, array, dtype, buffer):
+        """The HBM storage of NumPy kernel argument `key` (its position, or its keyword): a copy."""
+        alloc = Allocation(next(self._ids), array.shape or (1,), dtype, buffer, f"arg{key}")
+        alloc.data[...] = array.reshape(-1)
+        self.arguments[key] = alloc.id
         self.track(alloc)
         return alloc
 
@@ -162,10 +173,11 @@ def _bits(a):
 
 
 def current_run(where):
-    if _current is None:
+    run = _active.get()
+    if run is None:
         raise RuntimeError(f"nkicpu: {where} is only valid inside a running kernel (nki.simulate(kernel)(...))")
-    return _current
+    return run
 
 
 def running():
-    return _current is not None
+    return _active.get() is not None

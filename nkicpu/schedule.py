@@ -41,6 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import costs
+from .tensor import row_major
 
 ENGINE_LANES = {"tensor": "TensorE", "vector": "VectorE", "scalar": "ScalarE", "gpsimd": "GpSimd"}
 
@@ -81,15 +82,6 @@ def lanes(instructions):
 
 # -- dependencies --------------------------------------------------------------------------------
 
-@functools.lru_cache(maxsize=None)
-def _row_major(shape):
-    strides, step = [], 1
-    for n in reversed(shape):
-        strides.append(step)
-        step *= n
-    return tuple(reversed(strides))
-
-
 def _merged(pattern):
     """The [stride, count] steps of an access without size-1 and broadcast (stride-0) steps, each
     step merged into the next inner one when together they are contiguous: one storage set, fewer steps."""
@@ -116,7 +108,7 @@ def _box(access, shape):
     if shape is None:
         steps = _merged(access.pattern)
         return (first,), (last,), not steps or steps == [(1, last - first + 1)]
-    strides = _row_major(shape)
+    strides = row_major(shape)
     dim_of = {strides[d]: d for d in range(len(shape)) if shape[d] > 1}
     corner, rest = [], access.offset
     for stride in strides:

@@ -4,11 +4,23 @@ Every view method of the documented API returns a new view and copies nothing, a
 tensors (SBUF, PSUM) keep the partition dim first: views may not move, merge or reshape it, and the
 partition stride is the allocation's row length (elements per partition).
 """
+import functools
+
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from .errors import not_modeled
-from .memory import is_hbm, is_on_chip
+from .memory import is_on_chip
+
+
+@functools.lru_cache(maxsize=None)
+def row_major(shape):
+    """The element strides of a C-order array of `shape` (cached: the scheduler asks often)."""
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= int(n)
+    return tuple(reversed(strides))
 
 
 class DynamicSlice:
@@ -24,6 +36,11 @@ class NkiTensor:
         self.shape = tuple(int(s) for s in shape)
         self.strides = tuple(int(s) for s in strides)
         self.offset = int(offset)
+
+    @classmethod
+    def whole(cls, alloc):
+        """All of an allocation, row-major: what `nl.ndarray` returns and a kernel argument is."""
+        return cls(alloc, alloc.shape, row_major(alloc.shape), 0)
 
     # -- attributes of the documented API ---------------------------------------------------
     @property
@@ -285,11 +302,3 @@ class NkiTensor:
 
     def partition_stride_ok(self):
         return self.shape[0] == 1 or self.strides[0] == self._alloc.row_elems
-
-
-def is_tensor(x):
-    return isinstance(x, NkiTensor)
-
-
-def hbm_tensor(x):
-    return isinstance(x, NkiTensor) and is_hbm(x.buffer)

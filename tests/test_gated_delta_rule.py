@@ -274,7 +274,7 @@ def test_instruction_plan():
 
 def _allocation(capture, name):
     """The id of the one allocation of a capture with this name."""
-    (alloc,) = [i for i, (n, *_) in capture.allocations.items() if n == name]
+    (alloc,) = [i for i, info in capture.allocations.items() if info.name == name]
     return alloc
 
 
@@ -333,7 +333,7 @@ def test_state_ring_is_bounded():
     shapes = []
     for B in (16, 64):
         c = nkicpu.capture(gated_delta_rule_kernel)(*(random_inputs(STREAM_SHAPE.with_batch(B))[k] for k in NAMES))
-        shapes.append(c.allocations[_allocation(c, "state_ring")][3])
+        shapes.append(c.allocations[_allocation(c, "state_ring")].shape)
     assert shapes[0] == shapes[1] == (128, STATE_BUFFERS, 8, 4 * 128)     # 64 KiB per partition
     assert c.peak_sbuf_bytes <= 112 * 1024
 

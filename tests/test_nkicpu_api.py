@@ -2,8 +2,8 @@
 and `nisa.dma_transpose`.
 
 Sources: SDK 2.32 API stubs (nki/api/nki/{__init__,language,isa}/__init__.py), the NKI 0.3.0
-release notes and migration guide, nki/get-started/about/lnc.rst and nki/guides/nki_simulator.rst
-(reference/nki-api.md §1.3, §1.4, §4.3). The dma_transpose rule cases are in test_nkicpu_rules.py.
+release notes and migration guide, nki/get-started/about/lnc.rst and nki/guides/nki_simulator.rst.
+The dma_transpose rule cases are in test_nkicpu_rules.py.
 """
 import numpy as np
 import pytest

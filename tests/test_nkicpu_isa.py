@@ -1,12 +1,12 @@
 """Every nkicpu instruction against NumPy, in fp32 and in bf16.
 
-The numerics contract (DESIGN.md, reference/nki-api.md §4.1, §4.10): engines compute in fp32 and
-round once to dst.dtype (bf16 round-to-nearest-even through ml_dtypes); fp32 -> int is RNE and
-saturates; DMA converts src -> fp32 -> dst; same-dtype copies are bit-exact; TensorE accumulates in
-fp32. Where NumPy's fp32 arithmetic is correctly rounded (+, -, *, /, max, min) the expected value
-is computed with it and compared bit for bit; transcendental functions are compared with a
-float64 formula written here at fp32 tolerance, and their bf16 results must equal the fp32
-results of the same kernel rounded once to bf16.
+The numerics contract (nkicpu/isa.py): engines compute in fp32 and round once to dst.dtype (bf16
+round-to-nearest-even through ml_dtypes); fp32 -> int is RNE and saturates; DMA converts src ->
+fp32 -> dst; same-dtype copies are bit-exact; TensorE accumulates in fp32. Where NumPy's fp32
+arithmetic is correctly rounded (+, -, *, /, max, min) the expected value is computed with it and
+compared bit for bit; transcendental functions are compared with a float64 formula written here at
+fp32 tolerance, and their bf16 results must equal the fp32 results of the same kernel rounded once
+to bf16.
 """
 import enum
 import inspect
@@ -88,7 +88,7 @@ def _spelled(f):
 @pytest.mark.parametrize("owner,name", [(o, n) for o, names in SDK_2_32.items() for n in names],
                          ids=[n for names in SDK_2_32.values() for n in names])
 def test_signature_matches_the_sdk(owner, name):
-    """Same names, argument order and defaults as the documented API (DESIGN.md, nkicpu contract)."""
+    """Same names, argument order and defaults as the documented API (the SDK 2.32 stubs)."""
     assert _spelled(getattr(owner, name)) == SDK_2_32[owner][name]
 
 

@@ -39,12 +39,6 @@ def mm(dst=None, s=None, m=None, **kw):
                    moving=sb(32, 16) if m is None else m, **kw)
 
 
-def written_psum():
-    p = ps(8, 16)
-    mm(dst=p)
-    return p
-
-
 def _accumulate_after_memset():
     p = ps(8, 16)
     nisa.memset(dst=p, value=0.0)

@@ -1,6 +1,6 @@
 """NkiTensor views and indexing, nl.* helpers, and how kernels run (jit, simulate, imports).
 
-View semantics follow the NkiTensor docstrings of the SDK 2.32 stubs (reference/nki-api.md §2):
+View semantics follow the NkiTensor docstrings of the SDK 2.32 stubs:
 on-chip tensors keep the partition dim first (an integer index leaves it as size 1, results are
 at least 2-D); HBM integer indices drop the dim (results at least 1-D). Every view is checked by
 copying what it addresses out of the kernel and comparing with the same NumPy view.
@@ -10,6 +10,7 @@ import pathlib
 import subprocess
 import sys
 import textwrap
+import threading
 
 import numpy as np
 import pytest
@@ -258,6 +259,64 @@ def test_jit_kernel_called_from_a_kernel_is_inlined():
     assert [i.opcode for i in c.instructions] == ["dma_copy", "tensor_scalar", "dma_copy", "tensor_tensor", "dma_copy"]
 
 
+@nki.jit
+def copy_kernel(x):
+    return store(load(x))
+
+
+def test_simulating_a_kernel_inside_a_running_kernel_fails_and_leaves_no_run_behind():
+    @nki.jit
+    def outer(x):
+        return nki.simulate(scale_block)(x)
+
+    x = rand((8, 16), F32)
+    with pytest.raises(RuntimeError, match=r"a kernel is already running; a nested @nki.jit call is inlined"):
+        nki.simulate(outer)(x)
+    with pytest.raises(RuntimeError, match=r"nl.ndarray is only valid inside a running kernel"):
+        nl.ndarray((8, 16), nl.float32)
+    assert_bits_equal(nki.simulate(copy_kernel)(x), x)   # the failed run is over: the next one runs
+
+
+def test_every_run_numbers_its_allocations_from_1():
+    """Two runs of one kernel name the same allocations with the same ids: nothing carries over."""
+    @nki.jit
+    def twice(x):
+        return store(load(x)), store(load(x))
+
+    x = rand((4, 8), F32)
+    a, b = nkicpu.capture(twice)(x), nkicpu.capture(twice)(x)
+    ids = [a.arguments[0]] + list(a.allocations)
+    assert ids == list(range(1, len(ids) + 1))        # the argument first, then in allocation order
+    assert (a.arguments, a.allocations) == (b.arguments, b.allocations)
+    assert [(i.reads, i.writes) for i in a.instructions] == [(i.reads, i.writes) for i in b.instructions]
+
+
+def test_runs_in_two_threads_at_once_are_independent():
+    """The running kernel is per thread: two threads simulate at the same time, each in its own run."""
+    both_running = threading.Barrier(2, timeout=10)
+
+    @nki.jit
+    def copy(x):
+        t = load(x)
+        both_running.wait()                   # both threads are inside their runs here
+        return store(t)
+
+    xs = [rand((4, 8), F32, seed=s) for s in (1, 2)]
+    results = [None, None]
+
+    def simulate(k):
+        results[k] = nkicpu.capture(copy)(xs[k])
+
+    threads = [threading.Thread(target=simulate, args=(k,)) for k in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for x, c in zip(xs, results):
+        assert_bits_equal(c.outputs, x)
+        assert len(c.instructions) == 2 and c.arguments == {0: 1}
+
+
 def test_simulate_returns_one_array_or_a_tuple():
     @nki.jit
     def one(x):
@@ -377,13 +436,16 @@ def test_instruction_record_names_the_memory_each_operand_touches():
     w_even, w_odd, w_win = even.writes[0], odd.writes[0], window.writes[0]
     assert (w_even.offset, w_even.pattern) == (0, ((32, 8), (2, 16))) and w_odd.offset == 1
     assert w_even.nbytes == w_odd.nbytes == x.nbytes and w_win.elements == 64
-    assert not w_even.overlaps(w_odd)                      # interleaved columns share no element
-    assert w_win.overlaps(w_even) and w_win.overlaps(w_odd)
-    assert even.reads[0].overlaps(window.reads[0])         # both read the SBUF tile
+    elements = {a: set(a.indices().tolist()) for a in (w_even, w_odd, w_win)}
+    assert elements[w_even].isdisjoint(elements[w_odd])   # interleaved columns share no element
+    assert elements[w_win] & elements[w_even] and elements[w_win] & elements[w_odd]
+    tile, part = even.reads[0], window.reads[0]             # both read the SBUF tile
+    assert tile.alloc == part.alloc and set(part.indices().tolist()) <= set(tile.indices().tolist())
     assert even.reads[0].partitions == 8 and even.reads[0].free_elements == 16 and even.partitions == 8
     assert window.depends_on == [even.index, odd.index]
-    name, buffer, dtype, shape = c.allocations[w_even.alloc]
-    assert (buffer, dtype, shape) == ("shared_hbm", "float32", (8, 32))
+    info = c.allocations[w_even.alloc]
+    assert (info.buffer, info.dtype, info.shape) == ("shared_hbm", "float32", (8, 32))
+    assert load_ins.reads[0].alloc == c.arguments[0]       # the load reads the argument's copy
 
 
 def test_zeros_ones_full_and_device_print(capsys):

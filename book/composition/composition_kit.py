@@ -1,5 +1,6 @@
 """What the composition chapters share: a step's runs, its check against the reference, and the
-figures and tables its profile is read from.
+figures and tables its profile is read from. The analyses of any capture or profile that the tables
+use (`dma_parts`, `core_parts`, `scratch_chain`, ...) are nkicpu's (`nkicpu.profile`).
 
 Each chapter in this folder imports it (a notebook runs with its own folder as the working
 directory). The runs use the inputs of the benchmark sweep (`kernels.reference.pipeline_inputs`),
@@ -21,8 +22,7 @@ from benchmarks.variants import VARIANTS_BY_NAME
 from kernels.configs import model_shard
 from kernels.reference import gdn_block_tkg_ref, pipeline_inputs, to_numpy, to_torch
 from nkicpu import costs
-from nkicpu.profile import MODELED, profile_capture
-from nkicpu.schedule import core_count, schedule
+from nkicpu.profile import MODELED, core_parts, profile_capture
 
 BLOCK_ARGS = ("hidden", "W_in_qkv", "W_in_z", "W_in_a", "W_in_b", "conv_weight", "conv_state", "A_log",
               "dt_bias", "norm_weight", "recurrent_state")
@@ -157,61 +157,6 @@ def plot_launches(panels, title):
     return fig
 
 
-def _covered(spans):
-    total, reach = 0.0, float("-inf")
-    for start, end in sorted(spans):
-        if end > reach:
-            total += end - max(start, reach)
-            reach = end
-    return total
-
-
-def no_dma_spans(profile):
-    """The stretches of a profile's (likely) timeline in which no DMA moves any data: [(start, end)]."""
-    spans, reach = [], 0.0
-    for start, end in sorted((e["start_us"], e["start_us"] + e["dur_us"]) for e in profile.events
-                             if e["lane"].startswith("DMA")):
-        if start > reach:
-            spans.append((reach, start))
-        reach = max(reach, end)
-    if profile.total_us > reach:
-        spans.append((reach, profile.total_us))
-    return spans
-
-
-def dma_parts(capture, band=costs.LIKELY):
-    """A single launch's modeled time under one estimate, in three parts (µs) that add up to it:
-
-    full_rate   its HBM bytes at the estimate's DMA rate (368 GB/s best, DMA_ACHIEVED_GBPS likely)
-    below_rate  the rest of the time some DMA moves data (descriptor overheads, queues left idle)
-    no_dma      the time no DMA moves any data: compute and fixed latencies in the open
-
-    One core's launch; `core_parts` splits each core of an LNC grid's.
-    """
-    parts = core_parts(capture, band)
-    if len(parts) != 1:
-        raise ValueError(f"dma_parts: a launch on {len(parts)} cores; use core_parts")
-    return parts[0]
-
-
-def core_parts(capture, band=costs.LIKELY):
-    """`dma_parts` of every physical core of a launch, by program id. On an LNC grid each core has its
-    own DMA queues and bandwidth (nkicpu/schedule.py, rule 5), so each core's time splits on its own:
-    its total is when its last instruction ends, its bytes those its own DMAs move."""
-    shapes = {alloc: shape for alloc, (_, _, _, shape) in capture.allocations.items()}
-    slots = schedule(capture.instructions, shapes, band=band)
-    parts = []
-    for core in range(core_count(capture.instructions)):
-        # a work slot's index is the instruction it was done for, so it counts on that one's core
-        mine = [s for s in slots if capture.instructions[s.index].core == core]
-        total = max(s.end_us for s in mine)
-        moving = _covered([(s.start_us, s.end_us) for s in mine if s.transfer])
-        nbytes = sum(sum(costs.hbm_bytes(i)) for i in capture.instructions if i.engine == "dma" and i.core == core)
-        full = nbytes / costs.dma_bytes_per_us(band)
-        parts.append({"total": total, "full_rate": full, "below_rate": moving - full, "no_dma": total - moving})
-    return parts
-
-
 def parts_table(captures):
     """Markdown: `core_parts` under both estimates, one row per (label, capture) and core."""
     lines = ["| run | estimate | total (µs) | bytes at full rate | DMA below full rate | no DMA moving |",
@@ -228,68 +173,12 @@ def parts_table(captures):
 
 def input_reads(capture):
     """{instruction index: block argument name} of the DMAs that read an argument of a
-    single-launch step. nkicpu allocates a launch's arguments first, in order, and
-    `capture.allocations` lists only the kernel's own tensors, so an argument is known by its rank."""
-    name = _argument_allocs(capture)
+    single-launch step (its arguments are the block's, in `BLOCK_ARGS` order)."""
+    assert sorted(capture.arguments) == list(range(len(BLOCK_ARGS))), \
+        f"expected the {len(BLOCK_ARGS)} block arguments, got {sorted(capture.arguments)}"
+    name = {capture.arguments[k]: arg for k, arg in enumerate(BLOCK_ARGS)}
     return {i.index: name[a.alloc] for i in capture.instructions if i.engine == "dma" for a in i.reads
             if a.alloc in name}
-
-
-def _argument_allocs(capture):
-    """{allocation id: block argument name} of a single-launch step (see input_reads)."""
-    ids = sorted({a.alloc for i in capture.instructions if i.engine == "dma" for a in i.reads
-                  if a.alloc not in capture.allocations})
-    assert len(ids) == len(BLOCK_ARGS), f"expected DMAs from the {len(BLOCK_ARGS)} block arguments, got {len(ids)}"
-    return dict(zip(ids, BLOCK_ARGS))
-
-
-def scratch_chain(launch):
-    """The HBM scratch of a single launch: (transfers, bytes, transfers on the longest chain, their
-    fixed latencies in µs, likely). A scratch transfer is a DMA to or from an HBM tensor the kernel
-    allocated for itself; the chain follows the dependencies the scheduler found, and the longest
-    one is the one with the most scratch latency on it."""
-    cap, events = launch.capture, launch.profile.events
-    scratch = {a for a, (_, buffer, _, _) in cap.allocations.items() if buffer == "private_hbm"}
-    is_scratch = [i.engine == "dma" and any(a.alloc in scratch for a in i.reads + i.writes) for i in cap.instructions]
-    chain = []                          # per instruction: (latency, transfers) of the heaviest chain ending at it
-    for k, e in enumerate(events[:len(cap.instructions)]):
-        up = max((chain[d] for d in e["args"]["deps"]), default=(0.0, 0))
-        chain.append((up[0] + e["args"]["latency_us"], up[1] + 1) if is_scratch[k] else up)
-    latency, on_chain = max(chain)
-    nbytes = sum(i.writes[0].nbytes for i, s in zip(cap.instructions, is_scratch) if s)
-    return sum(is_scratch), nbytes, on_chain, latency
-
-
-# --- LNC grids: what the programs of one launch both touch -------------------------------------------
-
-def _touched_by_several(accesses):
-    """How many elements of one tensor more than one core touches; `accesses`: [(core, Access)]."""
-    cores = sorted({core for core, _ in accesses})
-    touched = np.zeros((len(cores), max(a.span()[1] for _, a in accesses) + 1), dtype=bool)
-    for core, a in accesses:
-        touched[cores.index(core), a.indices()] = True
-    return int((touched.sum(axis=0) > 1).sum())
-
-
-def shared_reads(capture):
-    """{block argument: its bytes that more than one program of the launch reads}. Each program's
-    DMAs read them for itself, so the launch moves them once per program."""
-    name = _argument_allocs(capture)
-    accesses = {}
-    for i in capture.instructions:
-        if i.engine == "dma":
-            for a in i.reads:
-                if a.alloc in name:
-                    accesses.setdefault(a.alloc, []).append((i.core, a))
-    return {name[alloc]: _touched_by_several(acc) * acc[0][1].itemsize for alloc, acc in accesses.items()}
-
-
-def shared_writes(capture, tensor):
-    """How many elements of the kernel's tensor named `tensor` more than one program writes (nkicpu
-    rejects such a write unless it leaves the bits the other program wrote: the lnc-race rule)."""
-    ids = {alloc for alloc, (name, _, _, _) in capture.allocations.items() if name == tensor}
-    assert len(ids) == 1, f"expected one tensor named {tensor!r}, got {len(ids)}"
-    return _touched_by_several([(i.core, a) for i in capture.instructions for a in i.writes if a.alloc in ids])
 
 
 # --- the tables of the part -----------------------------------------------------------------------
