@@ -397,10 +397,30 @@ def installed_version(dist):
         return None
 
 
+# The runtime, driver and tools are system packages (apt on Ubuntu, dnf on Amazon Linux).
+SYSTEM_PACKAGES = ("aws-neuronx-runtime-lib", "aws-neuronx-dkms", "aws-neuronx-tools", "aws-neuronx-collectives")
+
+
+def system_package_versions(timeout=60):
+    """{package: version} of SYSTEM_PACKAGES that dpkg or rpm knows ({} where neither answers)."""
+    queries = (["dpkg-query", "-W", "-f", "${Package} ${Version}\n"], ["rpm", "-q", "--qf", "%{NAME} %{VERSION}\n"])
+    for query in queries:
+        try:
+            r = subprocess.run(query + list(SYSTEM_PACKAGES), capture_output=True, text=True, timeout=timeout)
+        except (OSError, subprocess.SubprocessError):
+            continue
+        found = dict(line.split(" ", 1) for line in r.stdout.splitlines() if line.count(" ") == 1)
+        if found:
+            return {k: v for k, v in found.items() if k in SYSTEM_PACKAGES}
+    return {}
+
+
 def sdk_versions(explorer_bin=None, timeout=60):
-    """Installed Neuron package versions (None where absent) and `neuron-explorer --version`."""
+    """Installed Neuron Python packages (None where absent), the runtime / driver / tools system
+    packages, and `neuron-explorer --version`."""
     versions = {dist: installed_version(dist)
                 for dist in ("nki", "neuronx-cc", "libneuronxla", "jax-neuronx", "torch", "pyarrow")}
+    versions.update(system_package_versions(timeout))
     if explorer_bin:
         try:
             r = subprocess.run([explorer_bin, "--version"], capture_output=True, text=True, timeout=timeout)
