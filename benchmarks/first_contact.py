@@ -45,7 +45,8 @@ KERNELS = ("in_proj", "conv1d_decode", "gqa_repeat", "gated_delta_rule", "rmsnor
            "2_scratch", "3_onchip", "4_gqa_index", "5_fused", "6_lnc2")
 PROFILED = "5_fused"          # the fused kernel, LNC=1: the one profile captured
 CPU_LABEL = "CPU model (nkicpu): no kernel ran on a device; every time here is modeled"
-DEVICE_LABEL = f"device run on trn2; times labelled {on_trn.MEASURED!r} are measured, the rest modeled"
+DEVICE_LABEL = (f"device run on trn2; times labelled {on_trn.MEASURED!r} are measured, "
+                "the rest modeled")
 
 
 def _kernel_list(text):
@@ -59,9 +60,9 @@ def _kernel_list(text):
 def parse_args(argv):
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.first_contact",
-        description="Compile, run and check every kernel of the book on a trn2 NeuronCore, capture one "
-                    f"profile of the fused kernel, and write <out>/{REPORT} to send back (--cpu: the "
-                    "same on the CPU model). Not yet run on hardware by the project.")
+        description="Compile, run and check every kernel of the book on a trn2 NeuronCore, capture "
+                    f"one profile of the fused kernel, and write <out>/{REPORT} to send back "
+                    "(--cpu: the same on the CPU model). Not yet run on hardware by the project.")
     p.add_argument("--config", default="Qwen3-Next-80B-TP4",
                    help="per-device configuration '<model>-TP<tp>' (default Qwen3-Next-80B-TP4)")
     p.add_argument("--batch", type=on_trn._positive, default=1, help="batch size B (default 1)")
@@ -72,9 +73,10 @@ def parse_args(argv):
     p.add_argument("--kernels", type=_kernel_list, default=KERNELS,
                    help=f"comma-separated subset of {','.join(KERNELS)} (default: all)")
     p.add_argument("--cpu", action="store_true",
-                   help="run every kernel on the CPU model (nkicpu) instead of a NeuronCore; no profile")
+                   help="run every kernel on the CPU model (nkicpu), not a NeuronCore; no profile")
     p.add_argument("--timeout", type=on_trn._positive, default=1800,
-                   help="seconds allowed for each kernel (compile and run) and each tool (default 1800)")
+                   help="seconds allowed for each kernel (compile and run) and each tool "
+                        "(default 1800)")
     args = p.parse_args(argv)
     from .sweep import parse_config
     try:
@@ -97,17 +99,18 @@ def kernel_step(args, name):
         env = on_trn.kernel_env(VARIANTS_BY_NAME[name].lnc, work / on_trn.INSPECT_DIR)
     if name == PROFILED and not args.cpu:
         env = {**os.environ, "NKICPU": "0"}
-        command = [sys.executable, "-m", "benchmarks.on_trn", name, "--config", args.config, "--batch",
-                   str(args.batch), "--seed", str(args.seed), "--out", str(args.out), "--work", str(work),
-                   "--timeout", str(args.timeout)]
+        command = [sys.executable, "-m", "benchmarks.on_trn", name, "--config", args.config,
+                   "--batch", str(args.batch), "--seed", str(args.seed), "--out", str(args.out),
+                   "--work", str(work), "--timeout", str(args.timeout)]
         return command, env
     return on_trn.kernel_command(name, args.config, args.batch, args.seed, work), env
 
 
 def sweep_step(args):
     """(command, environment) of the modeled band of every kernel: the sweep on the CPU model."""
-    command = [sys.executable, "-m", "benchmarks.sweep", "--stages", ",".join(args.kernels), "--configs",
-               args.config, "--batches", str(args.batch), "--out", str(args.out / "modeled")]
+    command = [sys.executable, "-m", "benchmarks.sweep", "--stages", ",".join(args.kernels),
+               "--configs", args.config, "--batches", str(args.batch),
+               "--out", str(args.out / "modeled")]
     return command, {**os.environ, "NKICPU": "1"}
 
 
@@ -119,14 +122,15 @@ def _shown(command, env):
 
 def print_plan(args, status):
     print(f"benchmarks.first_contact: {status}\n")
-    print(f"On a trn2 instance it runs, from the repository root, at {args.shape.name}, B = {args.batch}:\n")
+    print("On a trn2 instance it runs, from the repository root, at "
+          f"{args.shape.name}, B = {args.batch}:\n")
     for name in args.kernels:
         print(f"  {_shown(*kernel_step(args, name))}\n")
     print(f"  {_shown(*sweep_step(args))}\n")
-    print("Each kernel compiles and runs in a process of its own and is checked against kernels.reference; "
-          f"{PROFILED} also gets a neuron-explorer profile after its process exits. The report, "
-          f"{args.out / REPORT}, puts each kernel's result beside its modeled band. Nothing was run. "
-          "`--cpu` writes the same report from the CPU model.")
+    print("Each kernel compiles and runs in a process of its own and is checked against "
+          f"kernels.reference; {PROFILED} also gets a neuron-explorer profile after its process "
+          f"exits. The report, {args.out / REPORT}, puts each kernel's result beside its modeled "
+          "band. Nothing was run. `--cpu` writes the same report from the CPU model.")
 
 
 # --- running it --------------------------------------------------------------------------------
@@ -134,35 +138,43 @@ def print_plan(args, status):
 def run_kernel(args, name):
     """One kernel's entry of the report."""
     command, env = kernel_step(args, name)
-    work = args.out / name
     variant = VARIANTS_BY_NAME[name]
-    entry = {"name": name, "kernel": variant.kernel, "lnc": variant.lnc, "command": _shown(command, env),
-             "log": str(work / "kernel_process.log"), "measured": None}
+    entry = {"name": name, "kernel": variant.kernel, "lnc": variant.lnc,
+             "command": _shown(command, env), "log": str(args.out / name / "kernel_process.log"),
+             "measured": None}
     if name == PROFILED and not args.cpu:
-        work.mkdir(parents=True, exist_ok=True)
-        print(f"$ {entry['command']}", flush=True)
-        try:
-            r = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
-                               timeout=3 * args.timeout)
-            log, status = f"{r.stdout}\n{r.stderr}", f"exit {r.returncode}"
-        except subprocess.TimeoutExpired as e:
-            log, status = f"{e.stdout or ''}\n{e.stderr or ''}", f"no exit within {3 * args.timeout} s"
-        (work / "runner.log").write_text(f"# {status}\n{log}")
-        record = (json.loads((work / on_trn.KERNEL_RUN).read_text()) if (work / on_trn.KERNEL_RUN).is_file()
-                  else {"ok": False, "check": None, "error": {"type": "runner", "message": on_trn._tail(log, 25)}})
-        events = args.out / f"{name}{on_trn.EVENTS_SUFFIX}"
-        if events.is_file():
-            data = on_trn.read_events_file(events)
-            entry["measured"] = {"label": data["label"], "total_us": data.get("measured_total_us"),
-                                 "events_file": str(events), "explorer_summary": data["capture"]["explorer_summary"]}
-        else:
-            entry["measured"] = {"label": on_trn.MEASURED, "total_us": None,
-                                 "problem": f"no profile ({status}): {on_trn._tail(log, 10)}"}
+        record, entry["measured"] = run_profiled(args, name, command, env)
     else:
-        record = on_trn.kernel_process(command, work, env, args.timeout)
-    entry.update({k: record.get(k) for k in ("backend", "launch", "ok", "error", "check", "host_s")})
-    entry["ok"] = bool(entry["ok"])
+        record = on_trn.kernel_process(command, args.out / name, env, args.timeout)
+    entry.update({k: record.get(k) for k in ("backend", "launch", "error", "check", "host_s")})
+    entry["ok"] = bool(record.get("ok"))
     return entry
+
+
+def run_profiled(args, name, command, env):
+    """The whole runner for `name`: (its kernel record, the measured entry of the report)."""
+    work = args.out / name
+    work.mkdir(parents=True, exist_ok=True)
+    timeout = 3 * args.timeout      # its kernel process, capture and view each get --timeout
+    print(f"$ {_shown(command, env)}", flush=True)
+    try:
+        r = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
+                           timeout=timeout)
+        log, status = f"{r.stdout}\n{r.stderr}", f"exit {r.returncode}"
+    except subprocess.TimeoutExpired as e:
+        log, status = on_trn.process_output(e), f"no exit within {timeout} s"
+    (work / "runner.log").write_text(f"# {status}\n{log}")
+    run = work / on_trn.KERNEL_RUN
+    record = json.loads(run.read_text()) if run.is_file() else {
+        "ok": False, "check": None, "error": {"type": "runner", "message": on_trn._tail(log, 25)}}
+    events = args.out / f"{name}{on_trn.EVENTS_SUFFIX}"
+    if not events.is_file():
+        return record, {"label": on_trn.MEASURED, "total_us": None,
+                        "problem": f"no profile ({status}): {on_trn._tail(log, 10)}"}
+    data = on_trn.read_events_file(events)
+    return record, {"label": data["label"], "total_us": data.get("measured_total_us"),
+                    "events_file": str(events),
+                    "explorer_summary": data["capture"]["explorer_summary"]}
 
 
 def modeled_rows(args):
@@ -170,7 +182,8 @@ def modeled_rows(args):
     command, env = sweep_step(args)
     print(f"$ {_shown(command, env)}", flush=True)
     try:
-        subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=args.timeout)
+        subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
+                       timeout=args.timeout)
         rows = json.loads((args.out / "modeled" / "sweep.json").read_text())["rows"]
     except (OSError, ValueError, KeyError, subprocess.SubprocessError) as e:
         return {}, f"{type(e).__name__}: {e}"
@@ -179,7 +192,8 @@ def modeled_rows(args):
 
 def modeled_entry(row, error):
     if row is None or row.get("status") != "ok":
-        return {"label": MODELED, "problem": error or (row or {}).get("error", {}).get("message", "no row")}
+        problem = error or (row or {}).get("error", {}).get("message", "no row")
+        return {"label": MODELED, "problem": problem}
     return {"label": row["label"], "best_us": row["best_us"], "likely_us": row["modeled_us"],
             "launch_us": row["launch_us"], "roofline_us": row["roofline_us"]}
 
@@ -196,14 +210,15 @@ def build_report(args, entries, modeled, modeled_error, versions, status):
         "command": shlex.join(["python", "-m", "benchmarks.first_contact", *args.argv]),
         "config": args.shape.name, "batch": args.batch, "seed": args.seed,
         "device_status": status, "versions": versions,
-        "summary": {"kernels": len(entries), "passed": len(entries) - len(failed), "failed": failed},
+        "summary": {"kernels": len(entries), "passed": len(entries) - len(failed),
+                    "failed": failed},
         "kernels": entries,
-        "notes": ["modeled.* are the trn2 cost model's band (best: documented peak figures; likely: "
-                  "calibrated), launch overhead apart (launch_us); never measurements.",
+        "notes": ["modeled.* are the trn2 cost model's band (best: documented peak figures; "
+                  "likely: calibrated), launch overhead apart (launch_us); never measurements.",
                   "measured.total_us is neuron-explorer's total_time of the profiled execution: "
                   "on-device time, launch included, host excluded.",
-                  "host_s is the host's wall time of the first call (compile and run; with --cpu the "
-                  "CPU model's run): not a kernel time.",
+                  "host_s is the host's wall time of the first call (compile and run; with --cpu "
+                  "the CPU model's run): not a kernel time.",
                   "Steps 0 and 1 of the book are host sequences of kernels listed here."]}
 
 
@@ -238,7 +253,8 @@ def main(argv=None):
         print(f"{name}: {'ok' if entries[-1]['ok'] else 'FAILED'}", flush=True)
     modeled, modeled_error = modeled_rows(args)
     explorer_bin = None if args.cpu else on_trn.which_explorer()
-    report = build_report(args, entries, modeled, modeled_error, on_trn.sdk_versions(explorer_bin), status)
+    versions = on_trn.sdk_versions(explorer_bin)
+    report = build_report(args, entries, modeled, modeled_error, versions, status)
     report["wall_s"] = time.time() - started
     path = args.out / REPORT
     path.write_text(json.dumps(report, indent=1) + "\n")

@@ -179,7 +179,7 @@ def parse_args(argv):
                         "(default 900)")
     p.add_argument("--keep-going", action="store_true",
                    help="capture the profile even if the output check fails (the file records the check)")
-    p.add_argument("--kernel-only", action="store_true", help=argparse.SUPPRESS)  # the kernel process
+    p.add_argument("--kernel-only", action="store_true", help=argparse.SUPPRESS)  # kernel process
     args = p.parse_args(argv)
     from .sweep import parse_config  # imports kernels.reference, so torch: not needed before here
     try:
@@ -313,13 +313,15 @@ def run_tool(cmd, what, timeout, log_dir=None, env=None):
     cmd = [str(c) for c in cmd]
     print(f"$ {shlex.join(cmd)}", flush=True)
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False, env=env)
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False,
+                           env=env)
     except FileNotFoundError as e:
         raise OnTrnError(f"{what}: cannot run {cmd[0]} ({e})") from e
     except subprocess.TimeoutExpired as e:
         raise OnTrnError(f"{what} did not finish within {timeout} s: {shlex.join(cmd)} (raise "
-                         "--timeout; for a capture, try --no-dge-notifs; if `view` started its UI "
-                         "server, report it: the runner expects --output-file to skip the UI)") from e
+                         "--timeout; for a capture, try --no-dge-notifs; if `view` started its "
+                         "UI server, report it: the runner expects --output-file to skip the UI)"
+                         ) from e
     if log_dir is not None:
         Path(log_dir, f"{what.replace(' ', '_')}.log").write_text(
             f"$ {shlex.join(cmd)}\n# exit {r.returncode}\n# stdout\n{r.stdout}\n# stderr\n{r.stderr}")
@@ -374,10 +376,12 @@ def working_directory(path):
 
 # NKI releases by Neuron SDK: 0.4.0 = 2.30, 0.5.0 = 2.31, 0.6.0 = 2.32, 0.7.0 = 2.33
 # (nki/migration/index.rst, "NKI version to Neuron SDK mapping").
-STANDALONE_NKI = (0, 4)   # from here `nki.jit` called with NumPy arrays "compiles and executes
-                          # standalone kernel" (the nki.jit docstring, nki/api/nki/__init__.py, v2.30.0)
-ENV_LNC_NKI = (0, 7)      # from here the kernel[lnc] grid is being deprecated and the LNC comes from
-                          # NEURON_LOGICAL_NC_CONFIG (nki/get-started/about/lnc.rst, 2.33; NCC_EVRF066)
+# From NKI 0.4.0, `nki.jit` called with NumPy arrays "compiles and executes standalone kernel"
+# (the nki.jit docstring, nki/api/nki/__init__.py, from v2.30.0 on).
+STANDALONE_NKI = (0, 4)
+# From NKI 0.7.0 the kernel[lnc] grid is being deprecated and the LNC comes from
+# NEURON_LOGICAL_NC_CONFIG (nki/get-started/about/lnc.rst, 2.33; compiler error NCC_EVRF066).
+ENV_LNC_NKI = (0, 7)
 
 
 def version_tuple(text):
@@ -398,15 +402,18 @@ def installed_version(dist):
 
 
 # The runtime, driver and tools are system packages (apt on Ubuntu, dnf on Amazon Linux).
-SYSTEM_PACKAGES = ("aws-neuronx-runtime-lib", "aws-neuronx-dkms", "aws-neuronx-tools", "aws-neuronx-collectives")
+SYSTEM_PACKAGES = ("aws-neuronx-runtime-lib", "aws-neuronx-dkms", "aws-neuronx-tools",
+                   "aws-neuronx-collectives")
 
 
 def system_package_versions(timeout=60):
     """{package: version} of SYSTEM_PACKAGES that dpkg or rpm knows ({} where neither answers)."""
-    queries = (["dpkg-query", "-W", "-f", "${Package} ${Version}\n"], ["rpm", "-q", "--qf", "%{NAME} %{VERSION}\n"])
+    queries = (["dpkg-query", "-W", "-f", "${Package} ${Version}\n"],
+               ["rpm", "-q", "--qf", "%{NAME} %{VERSION}\n"])
     for query in queries:
         try:
-            r = subprocess.run(query + list(SYSTEM_PACKAGES), capture_output=True, text=True, timeout=timeout)
+            r = subprocess.run(query + list(SYSTEM_PACKAGES), capture_output=True, text=True,
+                               timeout=timeout)
         except (OSError, subprocess.SubprocessError):
             continue
         found = dict(line.split(" ", 1) for line in r.stdout.splitlines() if line.count(" ") == 1)
@@ -419,7 +426,8 @@ def sdk_versions(explorer_bin=None, timeout=60):
     """Installed Neuron Python packages (None where absent), the runtime / driver / tools system
     packages, and `neuron-explorer --version`."""
     versions = {dist: installed_version(dist)
-                for dist in ("nki", "neuronx-cc", "libneuronxla", "jax-neuronx", "torch", "pyarrow")}
+                for dist in ("nki", "neuronx-cc", "libneuronxla", "jax-neuronx", "torch",
+                             "pyarrow")}
     versions.update(system_package_versions(timeout))
     if explorer_bin:
         try:
@@ -517,7 +525,8 @@ def device_status():
     if not importable("torch"):
         missing.append(f"torch, which the reference that checks the outputs needs (`{CPU_TORCH}`)")
     if not importable("pyarrow"):
-        missing.append("pyarrow, which reads neuron-explorer's Parquet export (`pip install pyarrow`)")
+        missing.append("pyarrow, which reads neuron-explorer's Parquet export "
+                       "(`pip install pyarrow`)")
     if not missing:
         return None
     listed = missing[0] if len(missing) == 1 else ", ".join(missing[:-1]) + " and " + missing[-1]
@@ -542,12 +551,12 @@ def run_in_notebook(stage, config, batch, out="."):
     status = device_status()
     if status is not None:
         does = (f"It compiles {args.variant.kernel} with the Neuron compiler and runs it on a "
-                f"NeuronCore (LNC={args.variant.lnc}) at {args.shape.name}, B = {args.shape.B}, in a "
-                "process of its own, checks its outputs against kernels.reference, captures a "
-                "profile of its second execution with neuron-explorer once that process has exited, "
-                f"and writes {_from_repo(events)}, which this cell then loads and returns as a real "
-                f"Profile (label \"{MEASURED}\"). The NEFF, the NTFF and the raw export stay in "
-                f"{_from_repo(DEFAULT_WORK_ROOT)}/ for the Neuron Explorer UI.")
+                f"NeuronCore (LNC={args.variant.lnc}) at {args.shape.name}, B = {args.shape.B}, "
+                "in a process of its own, checks its outputs against kernels.reference, captures "
+                "a profile of its second execution with neuron-explorer once that process has "
+                f"exited, and writes {_from_repo(events)}, which this cell then loads and returns "
+                f"as a real Profile (label \"{MEASURED}\"). The NEFF, the NTFF and the raw export "
+                f"stay in {_from_repo(DEFAULT_WORK_ROOT)}/ for the Neuron Explorer UI.")
         print(f"On a trn instance this cell runs, from the repository root:\n\n    {command}\n")
         print(textwrap.fill(does, 80, break_on_hyphens=False) + "\n")
         print(textwrap.fill(f"Not run here. {status}", 80, break_on_hyphens=False))
@@ -575,8 +584,8 @@ def kernel_command(stage, config, batch, seed, work):
     checks one kernel, writes <work>/kernel_run.json and exits, releasing its NeuronCores before
     `neuron-explorer capture` needs them (the runtime gives every core to the process that
     initialised it: aws-neuron-sdk issue 1065, "Virtual Neuron Core(s) not available")."""
-    return [sys.executable, "-m", "benchmarks.on_trn", stage, "--config", config, "--batch", str(batch),
-            "--seed", str(seed), "--work", str(work), "--kernel-only"]
+    return [sys.executable, "-m", "benchmarks.on_trn", stage, "--config", config,
+            "--batch", str(batch), "--seed", str(seed), "--work", str(work), "--kernel-only"]
 
 
 def run_kernel(args, work):
@@ -584,19 +593,20 @@ def run_kernel(args, work):
     the compiler's or runtime's message). Returns the record."""
     shape, variant = args.shape, args.variant
     nki_version = installed_version("nki") if kernels.NKI_BACKEND == "neuron-sdk" else None
-    launch = f"kernel[{variant.lnc}]" if lnc_launch(variant.lnc, nki_version) == "bracket" and variant.lnc > 1 \
-        else "kernel"
+    bracket = variant.lnc > 1 and lnc_launch(variant.lnc, nki_version) == "bracket"
     env_lnc = os.environ.get("NEURON_LOGICAL_NC_CONFIG")
-    record = {"stage": args.stage, "kernel": variant.kernel, "lnc": variant.lnc, "backend": kernels.NKI_BACKEND,
-              "launch": launch + (f" with NEURON_LOGICAL_NC_CONFIG={env_lnc}" if env_lnc else ""),
-              "ok": False, "error": None, "check": None, "host_s": None, "argument_bytes": None}
+    launch = (f"kernel[{variant.lnc}]" if bracket else "kernel") + \
+        (f" with NEURON_LOGICAL_NC_CONFIG={env_lnc}" if env_lnc else "")
+    record = {"stage": args.stage, "kernel": variant.kernel, "lnc": variant.lnc,
+              "backend": kernels.NKI_BACKEND, "launch": launch, "ok": False, "error": None,
+              "check": None, "host_s": None, "argument_bytes": None}
     try:
         kernel_args = variant.args(shape, pipeline_inputs(shape, seed=args.seed))
         kernel = launch_kernel(variant, nki_version)
-        print(f"running {variant.kernel} as {record['launch']} on {kernels.NKI_BACKEND}: {shape.name}, "
-              f"B = {shape.B}", flush=True)
+        print(f"running {variant.kernel} as {launch} on {kernels.NKI_BACKEND}: "
+              f"{shape.name}, B = {shape.B}", flush=True)
         started = time.time()
-        outputs = kernel(*kernel_args)   # NumPy arguments: standalone compile + run (nki.jit, 2.30+)
+        outputs = kernel(*kernel_args)   # NumPy arguments: compile + run standalone (NKI 0.4+)
         record["host_s"] = time.time() - started
         check = check_outputs(args.stage, kernel_args, outputs)
     except Exception as e:  # the compiler's or runtime's message is what the reader sends back
@@ -617,15 +627,25 @@ def kernel_process(command, work, env, timeout):
     (work / KERNEL_RUN).unlink(missing_ok=True)
     print(f"$ {shlex.join(str(c) for c in command)}", flush=True)
     try:
-        r = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+        r = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
+                           timeout=timeout)
         log, status = f"{r.stdout}\n{r.stderr}", f"exit {r.returncode}"
     except subprocess.TimeoutExpired as e:
-        log, status = f"{e.stdout or ''}\n{e.stderr or ''}", f"no exit within {timeout} s"
-    (work / "kernel_process.log").write_text(f"$ {shlex.join(str(c) for c in command)}\n# {status}\n{log}")
+        log, status = process_output(e), f"no exit within {timeout} s"
+    shown = shlex.join(str(c) for c in command)
+    (work / "kernel_process.log").write_text(f"$ {shown}\n# {status}\n{log}")
     if (work / KERNEL_RUN).is_file():
         return json.loads((work / KERNEL_RUN).read_text())
     return {"ok": False, "check": None, "error": {"type": "kernel process", "message":
             f"{status}, no {KERNEL_RUN} written; the log ends:\n{_tail(log, 25)}"}}
+
+
+def process_output(timeout_expired):
+    """stdout and stderr of a process that timed out (bytes there, even with text=True)."""
+    parts = []
+    for out in (timeout_expired.stdout, timeout_expired.stderr):
+        parts.append(out.decode(errors="replace") if isinstance(out, bytes) else out or "")
+    return "\n".join(parts)
 
 
 def describe_error(record):
@@ -637,9 +657,10 @@ def describe_error(record):
 def find_neff(inspect_dir, since):
     neff = newest(inspect_dir, "*.neff", since)
     if neff is None:
-        raise OnTrnError(f"no NEFF appeared under {inspect_dir} (NEURON_RT_INSPECT_OUTPUT_DIR of the "
-                         "kernel process, whose runtime should copy the NEFF it loads there). Find it, e.g. "
-                         f"`find / -name '*.neff' -newer {inspect_dir}`, and rerun with --neff PATH")
+        raise OnTrnError(f"no NEFF appeared under {inspect_dir} (NEURON_RT_INSPECT_OUTPUT_DIR of "
+                         "the kernel process, whose runtime should copy the NEFF it loads there). "
+                         f"Find it, e.g. `find / -name '*.neff' -newer {inspect_dir}`, and rerun "
+                         "with --neff PATH")
     return neff
 
 
@@ -742,8 +763,8 @@ def _main(argv, args):
     started = time.time()
     inspect = work / INSPECT_DIR
     env = kernel_env(args.variant.lnc, inspect)
-    run = kernel_process(kernel_command(args.stage, args.config, args.batch, args.seed, work), work, env,
-                         args.timeout)
+    command = kernel_command(args.stage, args.config, args.batch, args.seed, work)
+    run = kernel_process(command, work, env, args.timeout)
     if run["error"]:
         raise OnTrnError(f"the kernel did not compile or run: {describe_error(run)}")
     check = run["check"]
@@ -768,8 +789,8 @@ def _main(argv, args):
         shape={f: getattr(shape, f) for f in ("B", "H", "nk", "nv", "dk", "dv", "K")}, seed=args.seed,
         date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         sdk=sdk_versions(explorer_bin), host=platform.node(),
-        environment={k: env.get(k) for k in ("NEURON_PLATFORM_TARGET_OVERRIDE", "NEURON_LOGICAL_NC_CONFIG",
-                                             "NKI_DEBUG_INFO")},
+        environment={k: env.get(k) for k in ("NEURON_PLATFORM_TARGET_OVERRIDE",
+                                             "NEURON_LOGICAL_NC_CONFIG", "NKI_DEBUG_INFO")},
         command=" ".join(["python -m benchmarks.on_trn", *map(shlex.quote, argv)]),
         check=check, check_ok=run["ok"], argument_bytes=run["argument_bytes"], capture=capture,
         measured_total_us=measured_total_us(capture["explorer_summary"]),

@@ -105,8 +105,8 @@ def _read_table(directory, table):
     try:
         import pyarrow.parquet as pq
     except ImportError as e:
-        raise ImportError(f"nkicpu.explorer needs pyarrow to read Neuron Explorer's Parquet tables ({e}): "
-                          "`pip install pyarrow`") from e
+        raise ImportError(f"nkicpu.explorer needs pyarrow to read Neuron Explorer's Parquet "
+                          f"tables ({e}): `pip install pyarrow`") from e
     paths = sorted(glob.glob(os.path.join(directory, f"{table}.parquet"))
                    + glob.glob(os.path.join(directory, f"{table}_[0-9]*.parquet")))
     return [row for p in paths for row in pq.read_table(p).to_pylist()]
