@@ -380,7 +380,8 @@ def working_directory(path):
 # (the nki.jit docstring, nki/api/nki/__init__.py, from v2.30.0 on).
 STANDALONE_NKI = (0, 4)
 # From NKI 0.7.0 the kernel[lnc] grid is being deprecated and the LNC comes from
-# NEURON_LOGICAL_NC_CONFIG (nki/get-started/about/lnc.rst, 2.33; compiler error NCC_EVRF066).
+# NEURON_LOGICAL_NC_CONFIG (nki/get-started/about/lnc.rst, 2.33; about-neuron/announcements/
+# neuron2.x/announce-intent-eos-nki-spmd-launch-grid.rst; compiler error NCC_EVRF066).
 ENV_LNC_NKI = (0, 7)
 
 
