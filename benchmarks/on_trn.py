@@ -626,17 +626,20 @@ def kernel_process(command, work, env, timeout):
     work = Path(work)
     work.mkdir(parents=True, exist_ok=True)
     (work / KERNEL_RUN).unlink(missing_ok=True)
-    print(f"$ {shlex.join(str(c) for c in command)}", flush=True)
+    shown = shlex.join(str(c) for c in command)
+    print(f"$ {shown}", flush=True)
     try:
         r = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
                            timeout=timeout)
         log, status = f"{r.stdout}\n{r.stderr}", f"exit {r.returncode}"
     except subprocess.TimeoutExpired as e:
         log, status = process_output(e), f"no exit within {timeout} s"
-    shown = shlex.join(str(c) for c in command)
     (work / "kernel_process.log").write_text(f"$ {shown}\n# {status}\n{log}")
     if (work / KERNEL_RUN).is_file():
-        return json.loads((work / KERNEL_RUN).read_text())
+        record = json.loads((work / KERNEL_RUN).read_text())
+        if record["error"]:         # the compiler logs more than its exception says
+            record["error"]["log_tail"] = _tail(log, 40)
+        return record
     return {"ok": False, "check": None, "error": {"type": "kernel process", "message":
             f"{status}, no {KERNEL_RUN} written; the log ends:\n{_tail(log, 25)}"}}
 
@@ -767,7 +770,8 @@ def _main(argv, args):
     command = kernel_command(args.stage, args.config, args.batch, args.seed, work)
     run = kernel_process(command, work, env, args.timeout)
     if run["error"]:
-        raise OnTrnError(f"the kernel did not compile or run: {describe_error(run)}")
+        raise OnTrnError(f"the kernel did not compile or run: {describe_error(run)} (its log: "
+                         f"{work / 'kernel_process.log'})")
     check = run["check"]
     print(f"compiled and ran in {run['host_s']:.1f} s host time (not a kernel time)")
     print("output check against kernels.reference:\n" + format_check(check))

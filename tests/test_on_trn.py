@@ -206,6 +206,16 @@ def test_a_kernel_process_that_dies_becomes_an_error_record(tmp_path):
     assert "compiler says no" in on_trn.describe_error(run)
 
 
+def test_a_failed_kernel_record_carries_the_end_of_the_log(tmp_path):
+    """The kernel process recorded an exception; the compiler's own log lines come with it."""
+    record = {"ok": False, "check": None, "error": {"type": "CompilerError", "message": "failed"}}
+    code = (f"import json, sys; print('ERROR NCC_EXXX: unsupported expression', file=sys.stderr); "
+            f"open({str(tmp_path / on_trn.KERNEL_RUN)!r}, 'w').write(json.dumps({record!r})); sys.exit(1)")
+    run = on_trn.kernel_process([sys.executable, "-c", code], tmp_path, dict(os.environ), timeout=60)
+    assert run["error"]["message"] == "failed"
+    assert "NCC_EXXX: unsupported expression" in run["error"]["log_tail"]
+
+
 def test_run_tool_reports_failures_and_timeouts(tmp_path):
     ok = on_trn.run_tool([sys.executable, "-c", "print('hi')"], "fake ok", 30, tmp_path)
     assert ok.stdout.strip() == "hi" and "hi" in (tmp_path / "fake_ok.log").read_text()
