@@ -1,76 +1,64 @@
-"""Run one stage kernel on a real trn instance, check it, and capture a real profile.
+"""Run one kernel on a real trn instance, check it, and capture a real profile.
 
     python -m benchmarks.on_trn in_proj --config Qwen3-Next-80B-TP4 --batch 8
-    python -m benchmarks.on_trn gated_delta_rule --config Qwen3.5-27B-TP8 --batch 1 --out stages/
+    python -m benchmarks.on_trn 6_lnc2 --config Qwen3.5-27B-TP8 --batch 1 --out stages/
 
-NOT YET RUN ON HARDWARE. This path is written from the Neuron documentation (release 2.32 and
-the Neuron Explorer pages, cited below) and has not been run on a trn instance by the project
-yet. Its pieces that need no hardware (argument parsing, the refusal without the SDK, the output
-check, the events file) are tested; the compile, run, capture and export steps are not. Expect
-to adjust it the first time it meets a real SDK, and please report what had to change.
+NOT YET RUN ON HARDWARE. Written from the Neuron documentation (SDK 2.32, NKI 0.6, and the 2.33 /
+2.34 pages; aws-neuron-sdk paths below) and the NKI library's profiler utilities
+(aws-neuron/nki-library, test/utils/profiler_utils.py). The parts that need no device are tested
+(tests/test_on_trn.py); the compile, run, capture and export are not. Expect to adjust it the
+first time it meets a real SDK, and please report what had to change.
 
 What it does, in order:
 
-1. Refuses (exit status 2) unless `import kernels` found the Neuron SDK
-   (`kernels.NKI_BACKEND == "neuron-sdk"`): with NKICPU=1 or without the SDK there is no device
-   to run on. It also needs `neuron-explorer` (package aws-neuronx-tools, installed in
-   /opt/aws/neuron/bin on a Neuron DLAMI).
-2. Builds the stage's inputs exactly as the benchmark sweep does
-   (`kernels.reference.pipeline_inputs(shape)` and the variant's argument picker in
-   `benchmarks.variants`), so the device runs the shapes and values the modeled profiles were
-   made from.
-3. Calls the stage's `@nki.jit` entry point with NumPy arrays. Per the 2.32 `nki.jit` docstring
-   (aws-neuron-sdk nki/api/nki/__init__.py) a NumPy-argument call "compiles and executes
-   standalone kernel, without a framework": it compiles a NEFF and runs it on a NeuronCore. It
-   sets NEURON_PLATFORM_TARGET_OVERRIDE=trn2 and NEURON_LOGICAL_NC_CONFIG=1 unless they are set
-   (the kernels are LNC=1 kernels; the 2.31/2.32 `nki.jit` doc says the kernel's LNC must match
-   NEURON_LOGICAL_NC_CONFIG, and trn2 defaults to LNC=2).
-4. Checks every output against `kernels.reference` with the project tolerances (DESIGN.md,
-   Tests): outputs atol = rtol = 1e-2 and cosine >= 0.999, the recurrent state 5e-3, the conv
-   state bit-exact. A failed check stops here with exit status 1 (unless --keep-going).
-5. Finds the NEFF. NEURON_FRAMEWORK_DEBUG=1 "triggers the Neuron compiler to save the NEFF ...
-   to the current directory after compilation of your NKI kernel" (nki/guides/use-neuron-profile.rst,
-   Step 1), so the kernel is called from inside a fresh work directory and the newest `*.neff`
-   that appears under it is taken. Where the NEFF lands is the least certain step: if none
-   appears, the error says so and `--neff PATH` names it by hand.
-6. Captures a profile: `neuron-explorer capture -n NEFF -s WORK/<stage>.ntff
-   --profile-nth-exec=2 --enable-dge-notifs` (use-neuron-profile.rst, Step 3: the 2nd execution
-   skips warm-up; the NTFF is saved as `<stage>_exec_2.ntff`). The capture runs the NEFF on
-   zero-filled inputs (the CLI's default): the stage kernels have no data-dependent control flow,
-   so the instruction stream is the same as with real inputs.
-7. Exports it: `neuron-explorer view -n NEFF -s NTFF --output-format json --output-file F`
-   (archive/profiler/neuron-profile-user-guide.rst, "JSON"; tools/neuron-explorer/get-started.rst,
-   "Export to JSON", which names the output device_profile_model_<id>.json in the session-dir
-   form, so that name is looked for too). `--export parquet` uses `--output-format parquet`
-   instead (the default format, tools/neuron-explorer/how-to-analyze-profile-output.rst; needs
-   pandas and pyarrow). The JSON full-profile export is documented as being retired after 2.33:
-   on a newer SDK use --export parquet.
-8. Reduces the export with `nkicpu.explorer` to the event list a `Profile` is made of, and writes
-   `<out>/<stage>_trn_events.json`: the events, the label "measured on trn2 (neuron-explorer)",
-   the SDK versions, the date, the shape and the output check. A notebook draws it with the same
-   code as a modeled profile:
+1. Refuses (exit status 2) unless `import kernels` found the Neuron SDK and `device_status()` finds
+   everything else: NKI 0.4.0+ (Neuron 2.30+, where `nki.jit` runs a kernel called with NumPy
+   arrays standalone), a /dev/neuron* device, neuron-explorer (aws-neuronx-tools), torch (the
+   reference; a CPU build is enough) and pyarrow (the Parquet export).
+2. Runs the kernel in a process of its own (`kernel_command`, `--kernel-only`): it builds the
+   inputs as the sweep does (`kernels.reference.pipeline_inputs`, `benchmarks.variants`), calls
+   the `@nki.jit` entry point with NumPy arrays (compile + run), checks every output against
+   `kernels.reference` (`check_outputs`), writes <work>/kernel_run.json and exits. Its environment
+   (`kernel_env`) sets NEURON_LOGICAL_NC_CONFIG to the kernel's LNC, NKI_DEBUG_INFO=True (source
+   lines in the profile) and NEURON_RT_INSPECT_ENABLE / _DEVICE_PROFILE / _OUTPUT_DIR, so the
+   runtime writes the NEFF it loaded under <work>/inspect/
+   (tools/neuron-explorer/environment-variables.rst). The LNC=2 launch (6_lnc2) is `kernel[2]` up
+   to NKI 0.6 (Neuron 2.32) and the plain kernel from NKI 0.7 (2.33), which takes the LNC from
+   NEURON_LOGICAL_NC_CONFIG (`lnc_launch`).
+3. Once that process has exited, so that its NeuronCores are free (the runtime reserves them for
+   the process that initialised it; aws-neuron-sdk issue 1065), captures a profile of the NEFF:
+   `neuron-explorer capture -n NEFF -s <stage>.ntff --num-exec=2 --profile-nth-exec=2
+   --enable-dge-notifs` (tools/neuron-explorer/how-to-profile-workload.rst; the second execution
+   skips warm-up and is saved as <stage>_exec_2.ntff). The capture runs the NEFF on zero-filled
+   inputs; the kernels have no data-dependent control flow, so the instruction stream is the same.
+4. Exports it: `neuron-explorer view -n NEFF -s NTFF --output-format parquet --output-file DIR`
+   (Parquet is the default and the supported format, how-to-analyze-profile-output.rst; the full
+   JSON export, `--export json`, is legacy and unmaintained from Neuron 2.34), reduces the tables
+   with `nkicpu.explorer` and reads Explorer's `total_time` from the Summary table.
+5. Writes `<out>/<stage>_trn_events.json`: the events, the label "measured on trn2
+   (neuron-explorer)", `measured_total_us`, the SDK versions, the shape, the launch and the check.
+   A notebook draws it with the same code as a modeled profile:
 
        from benchmarks.on_trn import load_events
        from nkicpu.timeline import plot_timeline
        plot_timeline(load_events("in_proj_trn_events.json"))
 
-   (or `Profile.from_events(d["events"], d["label"])` on the parsed JSON). The events file has no
-   HBM roofline: the export does not say how many HBM bytes the kernel moved.
+The book's trn cells call `run_in_notebook(stage, config, batch)`, which runs this command where
+`device_status()` is None and otherwise prints it, what it does and what the machine lacks.
+`python -m benchmarks.first_contact` runs every kernel of the book this way and writes one report.
 
-The book's trn cells call `run_in_notebook(stage, config, batch)`: where `device_status()` finds the
-Neuron SDK, a Neuron device and neuron-explorer, it runs this command and returns the `Profile`;
-elsewhere it prints the command, what it does and what the machine lacks, and starts nothing.
-
-The NEFF, the NTFF, the raw export and the tools' logs stay in the work directory (default
+The NEFF, the NTFF, the export and the logs stay in the work directory (default
 benchmarks/results/trn/<stage>-<time>/, git-ignored) for the Neuron Explorer UI.
 
-Exit status: 0 done; 1 the output check or a step failed; 2 refused (no Neuron SDK, no
-neuron-explorer, bad arguments).
+Exit status: 0 done; 1 the kernel failed to compile, run or match, or a step failed; 2 refused
+(no Neuron SDK or another requirement, bad arguments).
 """
 import argparse
 import contextlib
+import dataclasses
 import datetime
 import importlib.metadata
+import importlib.util
 import json
 import os
 import platform
@@ -82,22 +70,30 @@ import textwrap
 import time
 from pathlib import Path
 
-if __name__ == "__main__":
-    # Before `kernels` imports the SDK: the compiler must keep the NEFF, and the kernels are LNC=1.
-    os.environ["NEURON_FRAMEWORK_DEBUG"] = "1"
-    os.environ.setdefault("NEURON_PLATFORM_TARGET_OVERRIDE", "trn2")
-    os.environ.setdefault("NEURON_LOGICAL_NC_CONFIG", "1")
+import numpy as np
 
-import numpy as np  # noqa: E402
+import kernels  # the Neuron SDK's nki where it imports, else nkicpu
+from nkicpu import explorer
+from nkicpu.profile import Profile
 
-import kernels  # noqa: E402  (the Neuron SDK's nki where it imports, else nkicpu)
-from kernels.reference import (conv1d_decode_ref, gated_delta_rule_ref, gdn_block_tkg_ref, gqa_repeat_ref,  # noqa: E402
-                               in_proj_ref, pipeline_inputs, rmsnorm_gated_ref, to_numpy, to_torch)
-from nkicpu import explorer  # noqa: E402
-from nkicpu.profile import Profile  # noqa: E402
+from .variants import VARIANTS_BY_NAME
 
-from .sweep import config_id, parse_config  # noqa: E402
-from .variants import VARIANTS_BY_NAME  # noqa: E402
+
+def _reference(name):
+    """kernels.reference.<name>, imported at its first call. kernels.reference needs torch, which
+    the Neuron venvs of SDK 2.32 lack (running.md): `device_status()` must still answer there."""
+    def call(*args, **kwargs):
+        from kernels import reference
+        return getattr(reference, name)(*args, **kwargs)
+    call.__name__ = name
+    return call
+
+
+(conv1d_decode_ref, gated_delta_rule_ref, gdn_block_tkg_ref, gqa_repeat_ref, in_proj_ref,
+ pipeline_inputs, rmsnorm_gated_ref, to_numpy, to_torch) = (
+    _reference(n) for n in ("conv1d_decode_ref", "gated_delta_rule_ref", "gdn_block_tkg_ref",
+                            "gqa_repeat_ref", "in_proj_ref", "pipeline_inputs", "rmsnorm_gated_ref",
+                            "to_numpy", "to_torch"))
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "stages"
@@ -127,7 +123,7 @@ def _gdn_tkg_ref(q, k, v, a, b, z, A_log, dt_bias, norm_weight, recurrent_state)
 # The single-launch composition steps. The new conv-state column is the in_proj output, which may
 # round to the other bf16 neighbour (tests/test_gdn_block_tkg.py), so it is held to the output rule.
 REFERENCES["gdn_tkg"] = (_gdn_tkg_ref, [("out", OUTPUT), ("new_state", STATE)])
-for _step in ("2_scratch", "3_onchip", "4_gqa_index", "5_fused"):
+for _step in ("2_scratch", "3_onchip", "4_gqa_index", "5_fused", "6_lnc2"):
     REFERENCES[_step] = (gdn_block_tkg_ref, [("out", OUTPUT), ("new_conv_state", OUTPUT),
                                              ("new_recurrent_state", STATE)])
 TOLERANCES = {OUTPUT: "atol = rtol = 1e-2 and cosine >= 0.999", STATE: "atol = rtol = 5e-3", EXACT: "bit-exact"}
@@ -157,7 +153,8 @@ def parse_args(argv):
                     "reference, capture a profile with neuron-explorer and write <out>/<stage>"
                     f"{EVENTS_SUFFIX}. Written from the documentation; not yet run on hardware by the project.")
     p.add_argument("stage", choices=list(REFERENCES),
-                   help="the kernel to run: a stage, gdn_tkg or a single-launch composition step")
+                   help="the kernel to run: a stage, gdn_tkg or a single-launch composition step "
+                        "(6_lnc2 is the LNC=2 launch of the fused kernel)")
     p.add_argument("--config", required=True,
                    help="per-device configuration '<model>-TP<tp>', e.g. Qwen3-Next-80B-TP4")
     p.add_argument("--batch", type=_positive, required=True, help="batch size B")
@@ -168,19 +165,23 @@ def parse_args(argv):
                    help="work directory for the NEFF, NTFF, export and logs "
                         "(default: benchmarks/results/trn/<stage>-<time>/, git-ignored)")
     p.add_argument("--neff", type=Path, default=None,
-                   help="profile this NEFF instead of looking for the one the kernel call saved")
-    p.add_argument("--export", choices=("json", "parquet"), default="json",
-                   help="neuron-explorer view output format to reduce (default json; parquet needs pandas+pyarrow)")
+                   help="profile this NEFF instead of the one the runtime's inspect output saved")
+    p.add_argument("--export", choices=("parquet", "json"), default="parquet",
+                   help="neuron-explorer view output format to reduce (default parquet, read with "
+                        "pyarrow; json is the legacy export, last supported by Neuron 2.33)")
     p.add_argument("--profile-nth-exec", type=_positive, default=2,
                    help="which execution neuron-explorer profiles (default 2, skipping warm-up)")
     p.add_argument("--no-dge-notifs", action="store_true",
                    help="capture without --enable-dge-notifs (try this if the capture times out)")
     p.add_argument("--explorer", default="neuron-explorer", help="the neuron-explorer executable")
     p.add_argument("--timeout", type=_positive, default=900,
-                   help="seconds allowed for each neuron-explorer call (default 900)")
+                   help="seconds allowed for the kernel process and each neuron-explorer call "
+                        "(default 900)")
     p.add_argument("--keep-going", action="store_true",
                    help="capture the profile even if the output check fails (the file records the check)")
+    p.add_argument("--kernel-only", action="store_true", help=argparse.SUPPRESS)  # kernel process
     args = p.parse_args(argv)
+    from .sweep import parse_config  # imports kernels.reference, so torch: not needed before here
     try:
         args.shape = parse_config(args.config).with_batch(args.batch)
     except ValueError as e:
@@ -302,35 +303,54 @@ def find_explorer(name):
     return found
 
 
-def run_tool(cmd, what, timeout, log_dir=None):
+def _tail(text, lines=15):
+    return "\n".join((text or "").strip().splitlines()[-lines:])
+
+
+def run_tool(cmd, what, timeout, log_dir=None, env=None):
     """Run `cmd` (an argument list, no shell) and return its CompletedProcess; a clear OnTrnError if it
     is missing, times out or fails. Its output goes to <log_dir>/<what>.log."""
     cmd = [str(c) for c in cmd]
     print(f"$ {shlex.join(cmd)}", flush=True)
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False,
+                           env=env)
     except FileNotFoundError as e:
         raise OnTrnError(f"{what}: cannot run {cmd[0]} ({e})") from e
     except subprocess.TimeoutExpired as e:
-        raise OnTrnError(f"{what} did not finish within {timeout} s: {shlex.join(cmd)} "
-                         "(raise --timeout; for a capture, try --no-dge-notifs)") from e
+        raise OnTrnError(f"{what} did not finish within {timeout} s: {shlex.join(cmd)} (raise "
+                         "--timeout; for a capture, try --no-dge-notifs; if `view` started its "
+                         "UI server, report it: the runner expects --output-file to skip the UI)"
+                         ) from e
     if log_dir is not None:
         Path(log_dir, f"{what.replace(' ', '_')}.log").write_text(
             f"$ {shlex.join(cmd)}\n# exit {r.returncode}\n# stdout\n{r.stdout}\n# stderr\n{r.stderr}")
     if r.returncode != 0:
-        tail = "\n".join((r.stderr or r.stdout or "").strip().splitlines()[-15:])
-        raise OnTrnError(f"{what} failed (exit {r.returncode}): {shlex.join(cmd)}\n{tail}")
+        raise OnTrnError(f"{what} failed (exit {r.returncode}): {shlex.join(cmd)}\n"
+                         f"{_tail(r.stderr or r.stdout)}")
     return r
 
 
 def capture_command(explorer_bin, neff, session, nth_exec=2, dge_notifs=True):
-    """`neuron-explorer capture` (nki/guides/use-neuron-profile.rst, Step 3)."""
-    cmd = [explorer_bin, "capture", "-n", neff, "-s", session, f"--profile-nth-exec={nth_exec}"]
+    """`neuron-explorer capture`, running the NEFF `nth_exec` times and profiling the last
+    (tools/neuron-explorer/how-to-profile-workload.rst, "CLI profiling"; the NKI library's
+    test/utils/profiler_utils.py passes --num-exec=N --profile-nth-exec=N the same way)."""
+    cmd = [explorer_bin, "capture", "-n", neff, "-s", session, f"--num-exec={nth_exec}",
+           f"--profile-nth-exec={nth_exec}"]
     return cmd + ["--enable-dge-notifs"] if dge_notifs else cmd
 
 
+def captured_ntff(session, nth_exec):
+    """The NTFF `capture_command` writes: <session>_exec_<n>.ntff, or the session file itself
+    when n = 1 (the NKI library's profiler_utils.py, _generate_expected_ntff_files)."""
+    session = Path(session)
+    return session if nth_exec == 1 else session.with_name(f"{session.stem}_exec_{nth_exec}.ntff")
+
+
 def view_command(explorer_bin, neff, ntff, fmt, output):
-    """`neuron-explorer view` writing an export instead of starting the UI."""
+    """`neuron-explorer view` writing an export to `output` (a directory of Parquet tables, or a
+    JSON file) instead of serving the UI, in the form the NKI library's profiler utilities run
+    unattended (`view -n -s --output-format --output-file`)."""
     return [explorer_bin, "view", "-n", neff, "-s", ntff, "--output-format", fmt, "--output-file", output]
 
 
@@ -352,16 +372,64 @@ def working_directory(path):
         os.chdir(old)
 
 
-# --- versions ---------------------------------------------------------------------------------
+# --- the SDK: versions, what it can do, how an LNC=2 kernel is launched -------------------------
+
+# NKI releases by Neuron SDK: 0.4.0 = 2.30, 0.5.0 = 2.31, 0.6.0 = 2.32, 0.7.0 = 2.33
+# (nki/migration/index.rst, "NKI version to Neuron SDK mapping").
+# From NKI 0.4.0, `nki.jit` called with NumPy arrays "compiles and executes standalone kernel"
+# (the nki.jit docstring, nki/api/nki/__init__.py, from v2.30.0 on).
+STANDALONE_NKI = (0, 4)
+# From NKI 0.7.0 the kernel[lnc] grid is being deprecated and the LNC comes from
+# NEURON_LOGICAL_NC_CONFIG (nki/get-started/about/lnc.rst, 2.33; about-neuron/announcements/
+# neuron2.x/announce-intent-eos-nki-spmd-launch-grid.rst; compiler error NCC_EVRF066).
+ENV_LNC_NKI = (0, 7)
+
+
+def version_tuple(text):
+    """'0.6.0' -> (0, 6, 0); '2.32.1.5+abc' -> (2, 32, 1, 5): the leading numeric fields."""
+    parts = []
+    for piece in text.replace("+", ".").replace("-", ".").split("."):
+        if not piece.isdigit():
+            break
+        parts.append(int(piece))
+    return tuple(parts)
+
+
+def installed_version(dist):
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+# The runtime, driver and tools are system packages (apt on Ubuntu, dnf on Amazon Linux).
+SYSTEM_PACKAGES = ("aws-neuronx-runtime-lib", "aws-neuronx-dkms", "aws-neuronx-tools",
+                   "aws-neuronx-collectives")
+
+
+def system_package_versions(timeout=60):
+    """{package: version} of SYSTEM_PACKAGES that dpkg or rpm knows ({} where neither answers)."""
+    queries = (["dpkg-query", "-W", "-f", "${Package} ${Version}\n"],
+               ["rpm", "-q", "--qf", "%{NAME} %{VERSION}\n"])
+    for query in queries:
+        try:
+            r = subprocess.run(query + list(SYSTEM_PACKAGES), capture_output=True, text=True,
+                               timeout=timeout)
+        except (OSError, subprocess.SubprocessError):
+            continue
+        found = dict(line.split(" ", 1) for line in r.stdout.splitlines() if line.count(" ") == 1)
+        if found:
+            return {k: v for k, v in found.items() if k in SYSTEM_PACKAGES}
+    return {}
+
 
 def sdk_versions(explorer_bin=None, timeout=60):
-    """Installed Neuron package versions (None where absent) and `neuron-explorer --version`."""
-    versions = {}
-    for dist in ("nki", "neuronx-cc", "torch-neuronx", "libneuronxla"):
-        try:
-            versions[dist] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            versions[dist] = None
+    """Installed Neuron Python packages (None where absent), the runtime / driver / tools system
+    packages, and `neuron-explorer --version`."""
+    versions = {dist: installed_version(dist)
+                for dist in ("nki", "neuronx-cc", "libneuronxla", "jax-neuronx", "torch",
+                             "pyarrow")}
+    versions.update(system_package_versions(timeout))
     if explorer_bin:
         try:
             r = subprocess.run([explorer_bin, "--version"], capture_output=True, text=True, timeout=timeout)
@@ -371,12 +439,54 @@ def sdk_versions(explorer_bin=None, timeout=60):
     return versions
 
 
+def lnc_launch(lnc, nki_version):
+    """How a launch on `lnc` cores is spelled: "bracket" (kernel[lnc], NKI 0.6 / Neuron 2.32 and
+    before) or "env" (the plain kernel, NEURON_LOGICAL_NC_CONFIG=lnc, from NKI 0.7 / Neuron 2.33).
+    Without an SDK version (the CPU model) the bracket. Either way the runtime's LNC is `lnc`."""
+    if lnc > 1 and nki_version and version_tuple(nki_version) >= ENV_LNC_NKI:
+        return "env"
+    return "bracket"
+
+
+def launch_kernel(variant, nki_version):
+    """The callable of one launch of `variant` (see `lnc_launch`)."""
+    if lnc_launch(variant.lnc, nki_version) == "env":
+        return dataclasses.replace(variant, lnc=1).load_kernel()
+    return variant.load_kernel()
+
+
+def kernel_env(lnc, inspect_dir, base=None):
+    """The environment of the kernel process (compile and run).
+
+    NKI_DEBUG_INFO=True before compiling makes the NEFF carry kernel_debug_info.json, so profile
+    instructions name their NKI source lines; NEURON_RT_INSPECT_* make the runtime write the NEFF it
+    loads, and a device profile of its first execution, under `inspect_dir`
+    (tools/neuron-explorer/environment-variables.rst). NEURON_LOGICAL_NC_CONFIG is the runtime's
+    LNC, which must match the kernel's (logical-neuroncore-config.rst; trn2 defaults to 2)."""
+    env = dict(os.environ if base is None else base)
+    env.update(NKICPU="0", NEURON_LOGICAL_NC_CONFIG=str(lnc), NKI_DEBUG_INFO="True",
+               NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_DEVICE_PROFILE="1",
+               NEURON_RT_INSPECT_OUTPUT_DIR=str(inspect_dir))
+    env.setdefault("NEURON_PLATFORM_TARGET_OVERRIDE", "trn2")
+    return env
+
+
+def capture_env(lnc, base=None):
+    """The environment of `neuron-explorer capture`: the kernel's LNC, runtime inspection off (the
+    capture turns profiling on itself)."""
+    env = {k: v for k, v in (os.environ if base is None else base).items()
+           if not k.startswith("NEURON_RT_INSPECT_")}
+    env["NEURON_LOGICAL_NC_CONFIG"] = str(lnc)
+    return env
+
+
 # --- can this machine run it? ----------------------------------------------------------------
 
 # A fresh interpreter imports `nki` with NKICPU=0: this process may have registered nkicpu as `nki`
 # (`import kernels`), and PyPI's placeholder `nki` raises ImportError on import, so only the real
-# SDK succeeds (book-tooling.md: detect NKI with a real import, not find_spec).
+# SDK succeeds.
 SDK_PROBE = "import nki, nki.isa, nki.language"
+CPU_TORCH = "pip install torch --index-url https://download.pytorch.org/whl/cpu"
 
 
 def neuron_sdk_importable(timeout=120):
@@ -394,16 +504,30 @@ def neuron_devices():
     return sorted(Path("/dev").glob("neuron*"))
 
 
+def importable(module):
+    return importlib.util.find_spec(module) is not None
+
+
 def device_status():
-    """None if this machine can run a kernel on a NeuronCore and capture its profile, else one
-    sentence naming what is missing (the Neuron SDK, a Neuron device, neuron-explorer)."""
+    """None if this machine can run a kernel on a NeuronCore, check it and capture its profile,
+    else one sentence naming what is missing."""
     missing = []
     if not neuron_sdk_importable():
         missing.append("the Neuron SDK (`import nki` fails in a fresh Python with NKICPU=0)")
+    else:
+        nki_version = installed_version("nki")
+        if nki_version and version_tuple(nki_version) < STANDALONE_NKI:
+            missing.append(f"NKI 0.4.0 or newer (Neuron 2.30+), whose nki.jit runs a kernel called "
+                           f"with NumPy arrays standalone; nki {nki_version} is installed")
     if not neuron_devices():
         missing.append("a Neuron device (no /dev/neuron*)")
     if not which_explorer():
         missing.append(f"neuron-explorer (not on PATH or in {EXPLORER_DEFAULT_DIR})")
+    if not importable("torch"):
+        missing.append(f"torch, which the reference that checks the outputs needs (`{CPU_TORCH}`)")
+    if not importable("pyarrow"):
+        missing.append("pyarrow, which reads neuron-explorer's Parquet export "
+                       "(`pip install pyarrow`)")
     if not missing:
         return None
     listed = missing[0] if len(missing) == 1 else ", ".join(missing[:-1]) + " and " + missing[-1]
@@ -427,12 +551,13 @@ def run_in_notebook(stage, config, batch, out="."):
     command = "NKICPU=0 python -m benchmarks.on_trn " + shlex.join(argv)
     status = device_status()
     if status is not None:
-        does = (f"It compiles {args.variant.kernel} with the Neuron compiler, runs it on a NeuronCore "
-                f"(LNC=1) at {args.shape.name}, B = {args.shape.B}, checks its outputs against "
-                "kernels.reference, captures a profile of its second execution with neuron-explorer, and "
-                f"writes {_from_repo(events)}, which this cell then loads and returns as a real Profile "
-                f"(label \"{MEASURED}\"). The NEFF, the NTFF and the raw export stay in "
-                f"{_from_repo(DEFAULT_WORK_ROOT)}/ for the Neuron Explorer UI.")
+        does = (f"It compiles {args.variant.kernel} with the Neuron compiler and runs it on a "
+                f"NeuronCore (LNC={args.variant.lnc}) at {args.shape.name}, B = {args.shape.B}, "
+                "in a process of its own, checks its outputs against kernels.reference, captures "
+                "a profile of its second execution with neuron-explorer once that process has "
+                f"exited, and writes {_from_repo(events)}, which this cell then loads and returns "
+                f"as a real Profile (label \"{MEASURED}\"). The NEFF, the NTFF and the raw export "
+                f"stay in {_from_repo(DEFAULT_WORK_ROOT)}/ for the Neuron Explorer UI.")
         print(f"On a trn instance this cell runs, from the repository root:\n\n    {command}\n")
         print(textwrap.fill(does, 80, break_on_hyphens=False) + "\n")
         print(textwrap.fill(f"Not run here. {status}", 80, break_on_hyphens=False))
@@ -449,32 +574,97 @@ def run_in_notebook(stage, config, batch, out="."):
     return load_events(events)
 
 
-# --- the steps on the instance ----------------------------------------------------------------
+# --- the kernel process -----------------------------------------------------------------------
 
-def run_on_device(args, work):
-    """Steps 2-4: inputs, the device run inside `work` (so the NEFF lands there), the check."""
+KERNEL_RUN = "kernel_run.json"      # what the kernel process leaves in its work directory
+INSPECT_DIR = "inspect"             # NEURON_RT_INSPECT_OUTPUT_DIR, under the work directory
+
+
+def kernel_command(stage, config, batch, seed, work):
+    """The kernel process: `python -m benchmarks.on_trn ... --kernel-only`, which compiles, runs and
+    checks one kernel, writes <work>/kernel_run.json and exits, releasing its NeuronCores before
+    `neuron-explorer capture` needs them (the runtime gives every core to the process that
+    initialised it: aws-neuron-sdk issue 1065, "Virtual Neuron Core(s) not available")."""
+    return [sys.executable, "-m", "benchmarks.on_trn", stage, "--config", config,
+            "--batch", str(batch), "--seed", str(seed), "--work", str(work), "--kernel-only"]
+
+
+def run_kernel(args, work):
+    """In the kernel process: steps 2-4, recorded in <work>/kernel_run.json (also on failure, with
+    the compiler's or runtime's message). Returns the record."""
     shape, variant = args.shape, args.variant
-    inputs = pipeline_inputs(shape, seed=args.seed)
-    kernel_args = variant.args(shape, inputs)
-    kernel = variant.load_kernel()
-    print(f"running {variant.kernel} on the NeuronCore: {shape.name}, B = {shape.B} "
-          "(the first call compiles)", flush=True)
-    started = time.time()
-    with working_directory(work):
-        outputs = kernel(*kernel_args)   # NumPy arguments: standalone compile + run (nki.jit, 2.32)
-    print(f"compiled and ran in {time.time() - started:.1f} s host time (not a kernel time)")
-    check = check_outputs(args.stage, kernel_args, outputs)
-    arg_bytes = {"inputs": int(sum(a.nbytes for a in kernel_args if isinstance(a, np.ndarray))),
-                 "outputs": int(sum(np.asarray(o).nbytes for o in _as_tuple(outputs)))}
-    return started, check, arg_bytes
+    nki_version = installed_version("nki") if kernels.NKI_BACKEND == "neuron-sdk" else None
+    bracket = variant.lnc > 1 and lnc_launch(variant.lnc, nki_version) == "bracket"
+    env_lnc = os.environ.get("NEURON_LOGICAL_NC_CONFIG")
+    launch = (f"kernel[{variant.lnc}]" if bracket else "kernel") + \
+        (f" with NEURON_LOGICAL_NC_CONFIG={env_lnc}" if env_lnc else "")
+    record = {"stage": args.stage, "kernel": variant.kernel, "lnc": variant.lnc,
+              "backend": kernels.NKI_BACKEND, "launch": launch, "ok": False, "error": None,
+              "check": None, "host_s": None, "argument_bytes": None}
+    try:
+        kernel_args = variant.args(shape, pipeline_inputs(shape, seed=args.seed))
+        kernel = launch_kernel(variant, nki_version)
+        print(f"running {variant.kernel} as {launch} on {kernels.NKI_BACKEND}: "
+              f"{shape.name}, B = {shape.B}", flush=True)
+        started = time.time()
+        outputs = kernel(*kernel_args)   # NumPy arguments: compile + run standalone (NKI 0.4+)
+        record["host_s"] = time.time() - started
+        check = check_outputs(args.stage, kernel_args, outputs)
+    except Exception as e:  # the compiler's or runtime's message is what the reader sends back
+        record["error"] = {"type": type(e).__name__, "message": str(e)[-4000:]}
+    else:
+        record.update(check=check, ok=all(r["ok"] for r in check), argument_bytes={
+            "inputs": int(sum(a.nbytes for a in kernel_args if isinstance(a, np.ndarray))),
+            "outputs": int(sum(np.asarray(o).nbytes for o in _as_tuple(outputs)))})
+    Path(work, KERNEL_RUN).write_text(json.dumps(record, indent=1) + "\n")
+    return record
 
 
-def find_neff(work, since):
-    neff = newest(work, "*.neff", since)
+def kernel_process(command, work, env, timeout):
+    """Run the kernel process and return its record; a missing record (a crash, a timeout) becomes
+    one with the error and the tail of the process's log (<work>/kernel_process.log)."""
+    work = Path(work)
+    work.mkdir(parents=True, exist_ok=True)
+    (work / KERNEL_RUN).unlink(missing_ok=True)
+    shown = shlex.join(str(c) for c in command)
+    print(f"$ {shown}", flush=True)
+    try:
+        r = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
+                           timeout=timeout)
+        log, status = f"{r.stdout}\n{r.stderr}", f"exit {r.returncode}"
+    except subprocess.TimeoutExpired as e:
+        log, status = process_output(e), f"no exit within {timeout} s"
+    (work / "kernel_process.log").write_text(f"$ {shown}\n# {status}\n{log}")
+    if (work / KERNEL_RUN).is_file():
+        record = json.loads((work / KERNEL_RUN).read_text())
+        if record["error"]:         # the compiler logs more than its exception says
+            record["error"]["log_tail"] = _tail(log, 40)
+        return record
+    return {"ok": False, "check": None, "error": {"type": "kernel process", "message":
+            f"{status}, no {KERNEL_RUN} written; the log ends:\n{_tail(log, 25)}"}}
+
+
+def process_output(timeout_expired):
+    """stdout and stderr of a process that timed out (bytes there, even with text=True)."""
+    parts = []
+    for out in (timeout_expired.stdout, timeout_expired.stderr):
+        parts.append(out.decode(errors="replace") if isinstance(out, bytes) else out or "")
+    return "\n".join(parts)
+
+
+def describe_error(record):
+    return f"{record['error']['type']}: {record['error']['message']}"
+
+
+# --- capture and export -----------------------------------------------------------------------
+
+def find_neff(inspect_dir, since):
+    neff = newest(inspect_dir, "*.neff", since)
     if neff is None:
-        raise OnTrnError(f"no NEFF appeared under {work} after the kernel ran with NEURON_FRAMEWORK_DEBUG=1 "
-                         "(the documented behaviour is to save it in the current directory). Find it, e.g. "
-                         f"`find / -name '*.neff' -newer {work}`, and rerun with --neff PATH")
+        raise OnTrnError(f"no NEFF appeared under {inspect_dir} (NEURON_RT_INSPECT_OUTPUT_DIR of "
+                         "the kernel process, whose runtime should copy the NEFF it loads there). "
+                         f"Find it, e.g. `find / -name '*.neff' -newer {inspect_dir}`, and rerun "
+                         "with --neff PATH")
     return neff
 
 
@@ -483,8 +673,8 @@ def capture_and_export(args, explorer_bin, neff, work):
     session = work / f"{args.stage}.ntff"
     started = time.time()
     run_tool(capture_command(explorer_bin, neff, session, args.profile_nth_exec, not args.no_dge_notifs),
-             "neuron-explorer capture", args.timeout, work)
-    expected = work / f"{args.stage}_exec_{args.profile_nth_exec}.ntff"
+             "neuron-explorer capture", args.timeout, work, env=capture_env(args.variant.lnc))
+    expected = captured_ntff(session, args.profile_nth_exec)
     ntff = expected if expected.is_file() else newest(work, "*.ntff", started)
     if ntff is None:
         raise OnTrnError(f"neuron-explorer capture wrote no .ntff under {work} (expected {expected.name})")
@@ -495,13 +685,13 @@ def capture_and_export(args, explorer_bin, neff, work):
         found = out if out.is_file() else newest(work, "device_profile_model_*.json", started)
         if found is None:
             raise OnTrnError(f"neuron-explorer view wrote neither {out.name} nor device_profile_model_*.json "
-                             f"under {work}; try --export parquet")
+                             f"under {work}; use the default --export parquet")
         try:
             events = explorer.read_json(found)
         except (KeyError, TypeError, ValueError) as e:
             raise OnTrnError(f"{found} is not the documented JSON layout (a top-level 'instruction' list; "
                              f"{type(e).__name__}: {e}); this SDK may have retired the JSON export: "
-                             "rerun with --export parquet") from e
+                             "use the default --export parquet") from e
         summary = _json_summary(found)
     else:
         out = work / f"{args.stage}_parquet"
@@ -510,12 +700,15 @@ def capture_and_export(args, explorer_bin, neff, work):
         if tables is None:
             raise OnTrnError(f"neuron-explorer view wrote no Instruction*.parquet under {out}")
         found = tables.parent
-        events = explorer.read_parquet(str(found))
-        summary = None
+        try:
+            events, summary = explorer.read_parquet(str(found)), explorer.read_summary(str(found))
+        except ImportError as e:
+            raise OnTrnError(str(e), code=2) from e
     if not events:
         raise OnTrnError(f"the export {found} reduced to no events")
     return events, {"neff": str(neff), "ntff": str(ntff), "export": str(found), "export_format": args.export,
-                    "profile_nth_exec": args.profile_nth_exec, "dge_notifs": not args.no_dge_notifs,
+                    "num_exec": args.profile_nth_exec, "profile_nth_exec": args.profile_nth_exec,
+                    "dge_notifs": not args.no_dge_notifs,
                     "inputs": "zero-filled (the neuron-explorer capture default)",
                     "explorer_summary": summary}
 
@@ -530,10 +723,23 @@ def _json_summary(path):
         return None
 
 
+def measured_total_us(summary):
+    """Explorer's `total_time` (on-device seconds, tools/neuron-explorer/overview-summary-page.rst)
+    in microseconds, or None."""
+    value = (summary or {}).get("total_time")
+    return None if value is None else float(value) * 1e6
+
+
+# --- main -------------------------------------------------------------------------------------
+
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
     try:
+        if args.kernel_only:
+            work = (args.work or Path.cwd()).resolve()
+            work.mkdir(parents=True, exist_ok=True)
+            return 0 if run_kernel(args, work)["ok"] else 1
         return _main(argv, args)
     except OnTrnError as e:
         print(f"benchmarks.on_trn: {e}", file=sys.stderr)
@@ -549,39 +755,55 @@ def _main(argv, args):
             f"chose {kernels.NKI_BACKEND} ({why}). Run it on a trn instance with the SDK (nki and neuronx-cc "
             "from the Neuron pip repository) and NKICPU unset. Without hardware, the modeled profile is "
             "nkicpu.profile.profile(kernel)(*arrays) (see the book's chapter on modeled profiles).", code=2)
+    status = device_status()
+    if status is not None:
+        raise OnTrnError(status, code=2)
     explorer_bin = find_explorer(args.explorer)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     work = (args.work or DEFAULT_WORK_ROOT / f"{args.stage}-{stamp}").resolve()
     work.mkdir(parents=True, exist_ok=True)
     print(f"work directory: {work}")
 
-    started, check, arg_bytes = run_on_device(args, work)
+    started = time.time()
+    inspect = work / INSPECT_DIR
+    env = kernel_env(args.variant.lnc, inspect)
+    command = kernel_command(args.stage, args.config, args.batch, args.seed, work)
+    run = kernel_process(command, work, env, args.timeout)
+    if run["error"]:
+        raise OnTrnError(f"the kernel did not compile or run: {describe_error(run)} (its log: "
+                         f"{work / 'kernel_process.log'})")
+    check = run["check"]
+    print(f"compiled and ran in {run['host_s']:.1f} s host time (not a kernel time)")
     print("output check against kernels.reference:\n" + format_check(check))
-    if not all(r["ok"] for r in check) and not args.keep_going:
+    if not run["ok"] and not args.keep_going:
         raise OnTrnError("the device outputs do not match the reference (see above); no profile captured "
                          "(--keep-going captures anyway)")
 
-    neff = args.neff.resolve() if args.neff else find_neff(work, started)
+    neff = args.neff.resolve() if args.neff else find_neff(inspect, started)
     if not neff.is_file():
         raise OnTrnError(f"--neff {neff}: no such file")
     print(f"NEFF: {neff}")
     events, capture = capture_and_export(args, explorer_bin, neff, work)
 
+    from .sweep import config_id
     shape = args.shape
     path = write_events(
         Path(args.out) / f"{args.stage}{EVENTS_SUFFIX}", events, label=MEASURED,
-        stage=args.stage, kernel=args.variant.kernel, config=config_id(shape),
+        stage=args.stage, kernel=args.variant.kernel, lnc=args.variant.lnc, launch=run["launch"],
+        config=config_id(shape),
         shape={f: getattr(shape, f) for f in ("B", "H", "nk", "nv", "dk", "dv", "K")}, seed=args.seed,
         date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         sdk=sdk_versions(explorer_bin), host=platform.node(),
-        environment={k: os.environ.get(k) for k in ("NEURON_PLATFORM_TARGET_OVERRIDE", "NEURON_LOGICAL_NC_CONFIG")},
+        environment={k: env.get(k) for k in ("NEURON_PLATFORM_TARGET_OVERRIDE",
+                                             "NEURON_LOGICAL_NC_CONFIG", "NKI_DEBUG_INFO")},
         command=" ".join(["python -m benchmarks.on_trn", *map(shlex.quote, argv)]),
-        check=check, check_ok=all(r["ok"] for r in check), argument_bytes=arg_bytes, capture=capture,
+        check=check, check_ok=run["ok"], argument_bytes=run["argument_bytes"], capture=capture,
+        measured_total_us=measured_total_us(capture["explorer_summary"]),
         note="Times are from a real neuron-explorer capture on a trn instance, reduced by nkicpu.explorer; "
-             "start_us is relative to the first event.")
+             "start_us is relative to the first event. measured_total_us is Explorer's total_time.")
     print(load_events(path).summary())
     print(f"wrote {path}")
-    return 0 if all(r["ok"] for r in check) else 1
+    return 0 if run["ok"] else 1
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ repository, release 2.32):
   timeline_track, e.g. "TensorMatrix"; opcode; operands ...) and the `DmaPacketAggregated` table
   (one row per DMA transfer: start_ts, end_ts, queue_name, queue_idx, transfer_bytes, ...).
   Large tables may be split into numbered files (tools/neuron-explorer/how-to-analyze-profile-output.rst).
+  The `Summary` table has the profile's metrics, `total_time` (on-device seconds) among them.
 - JSON, archive/profiler/neuron-profile-user-guide.rst ("JSON"): {"summary": [...],
   "instruction": [{"timestamp": ns, "duration": ns, "label": "TensorMatrix", "opcode": ...}]}.
 
@@ -20,8 +21,8 @@ GpSimd (Pool) and Sync map to "VectorE", "ScalarE", "GpSimd", "SyncE"; a DMA que
 "DMA <queue name>". Semaphore instructions are the engine waiting (Explorer's ActiveTime excludes
 semaphore waits), so they are dropped. Times start at 0 at the first event.
 
-Reading Parquet needs pandas and pyarrow, which this project does not install; JSON needs only
-the standard library.
+Reading Parquet needs pyarrow, which this project does not install (it is imported when a table is
+read); the JSON export (legacy, unmaintained from Neuron 2.34) needs only the standard library.
 """
 import glob
 import json
@@ -40,7 +41,7 @@ _ARG_FIELDS = ("operands", "bir_instruction_name", "nki_source_location", "hlo_n
 
 
 def _present(value):
-    """Set in the row: pandas gives NaN, not None, for a missing value."""
+    """Set in the row (a missing value is None, or NaN from a dataframe)."""
     return value is not None and value == value
 
 
@@ -99,24 +100,31 @@ def read_json(path):
 
 
 def _read_table(directory, table):
-    import pandas as pd
-    paths = sorted(glob.glob(os.path.join(directory, f"{table}*.parquet")))  # split tables: Table_0, Table_1 ...
-    return [row for p in paths for row in pd.read_parquet(p).to_dict("records")]
+    """The rows of `table` (dicts by field name): <table>.parquet, or its numbered parts
+    <table>_0.parquet, <table>_1.parquet ... (a large table is split)."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError as e:
+        raise ImportError(f"nkicpu.explorer needs pyarrow to read Neuron Explorer's Parquet "
+                          f"tables ({e}): `pip install pyarrow`") from e
+    paths = sorted(glob.glob(os.path.join(directory, f"{table}.parquet"))
+                   + glob.glob(os.path.join(directory, f"{table}_[0-9]*.parquet")))
+    return [row for p in paths for row in pq.read_table(p).to_pylist()]
 
 
 def read_parquet(directory):
     """Events from a processed profile directory (Instruction*.parquet, DmaPacketAggregated*.parquet)."""
-    try:
-        import pandas  # noqa: F401
-        import pyarrow  # noqa: F401
-    except ImportError as e:
-        raise ImportError(f"nkicpu.explorer.read_parquet needs pandas and pyarrow to read Neuron Explorer's "
-                          f"Parquet tables ({e}); `pip install pandas pyarrow`, or export the profile with "
-                          f"`neuron-explorer view --output-format json` and use read_json") from e
     rows = _read_table(directory, "Instruction")
     if not rows:
         raise FileNotFoundError(f"no Instruction*.parquet in {directory}")
     return reduce_rows(rows, _read_table(directory, "DmaPacketAggregated"))
+
+
+def read_summary(directory):
+    """The first row of the processed profile's `Summary` table (a dict: total_time in seconds,
+    hbm_read_bytes ...), or None if it has none."""
+    rows = _read_table(directory, "Summary")
+    return {k: _plain(v) for k, v in rows[0].items()} if rows else None
 
 
 def load(path, label=MEASURED):

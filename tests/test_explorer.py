@@ -74,9 +74,10 @@ def test_load_a_json_export():
     assert p.label == LABEL and p.instructions == 7
 
 
-def test_parquet_needs_pandas_and_says_so(monkeypatch, tmp_path):
-    monkeypatch.setitem(sys.modules, "pandas", None)  # as if pandas were not installed
-    with pytest.raises(ImportError, match="pandas and pyarrow"):
+def test_parquet_needs_pyarrow_and_says_so(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # as if pyarrow were not installed
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    with pytest.raises(ImportError, match="pip install pyarrow"):
         explorer.read_parquet(str(tmp_path))
 
 

@@ -3,11 +3,13 @@
 Nothing here runs on a NeuronCore or pretends to: the runner's device steps (compile, run,
 neuron-explorer capture and view) are untested until the project has a trn instance. Tested:
 argument parsing, the refusal without the Neuron SDK, the output check against the reference
-(fed by the CPU model), the tool runner's errors, the neuron-explorer command lines, the
-events-file round trip, `device_status` (with the probes replaced), and both branches of the
-notebooks' `run_in_notebook` (the device process replaced by a stand-in). The round trip uses
-tests/fixtures/explorer_tables.json, which is HAND-MADE from the documented Parquet schema (not a
-capture), so its events are written under a fixture label, never "measured".
+(fed by the CPU model), the kernel process (run on the CPU model) and its environment, the LNC=2
+launch by SDK version, the tool runner's errors, the neuron-explorer command lines, the Parquet
+and JSON export plumbing against a stand-in tool, the events-file round trip, `device_status`
+(with the probes replaced), and both branches of the notebooks' `run_in_notebook` (the device
+process replaced by a stand-in). The exports come from tests/fixtures/explorer_tables.json and
+explorer_profile.json, HAND-MADE from the documented schemas (not captures), so their events are
+written under a fixture label, never "measured".
 """
 import json
 import os
@@ -42,7 +44,8 @@ def test_parse_the_notebook_one_liner():
         ("Qwen3-Next-80B TP4", 8, 2048, 4, 8)
     assert args.out == Path("stages/")
     assert (args.export, args.profile_nth_exec, args.no_dge_notifs, args.keep_going, args.neff) == \
-        ("json", 2, False, False, None)
+        ("parquet", 2, False, False, None)
+    assert not args.kernel_only
 
 
 def test_defaults_and_options():
@@ -68,8 +71,8 @@ def test_bad_arguments_exit_2_with_a_message(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
-# What one device run at LNC=1 (the runner's setting) can profile: single launches on one core.
-SINGLE_LAUNCH = [v for v in VARIANTS if not v.launches and v.lnc == 1]
+# What one device run can profile: single launches (LNC=1, and the fused kernel's LNC=2 launch).
+SINGLE_LAUNCH = [v for v in VARIANTS if not v.launches]
 
 
 def test_every_single_launch_variant_has_a_reference():
@@ -134,10 +137,83 @@ def test_check_rejects_a_wrong_number_of_outputs():
 
 def test_neuron_explorer_command_lines():
     assert on_trn.capture_command("ne", "k.neff", "w/s.ntff") == \
-        ["ne", "capture", "-n", "k.neff", "-s", "w/s.ntff", "--profile-nth-exec=2", "--enable-dge-notifs"]
-    assert on_trn.capture_command("ne", "k.neff", "s.ntff", nth_exec=3, dge_notifs=False)[-1] == "--profile-nth-exec=3"
-    assert on_trn.view_command("ne", "k.neff", "s_exec_2.ntff", "json", "p.json") == \
-        ["ne", "view", "-n", "k.neff", "-s", "s_exec_2.ntff", "--output-format", "json", "--output-file", "p.json"]
+        ["ne", "capture", "-n", "k.neff", "-s", "w/s.ntff", "--num-exec=2", "--profile-nth-exec=2",
+         "--enable-dge-notifs"]
+    assert on_trn.capture_command("ne", "k.neff", "s.ntff", nth_exec=3, dge_notifs=False)[-2:] == \
+        ["--num-exec=3", "--profile-nth-exec=3"]
+    assert on_trn.captured_ntff("w/s.ntff", 2) == Path("w/s_exec_2.ntff")
+    assert on_trn.captured_ntff("w/s.ntff", 1) == Path("w/s.ntff")
+    assert on_trn.view_command("ne", "k.neff", "s_exec_2.ntff", "parquet", "out") == \
+        ["ne", "view", "-n", "k.neff", "-s", "s_exec_2.ntff", "--output-format", "parquet", "--output-file", "out"]
+
+
+def test_the_kernel_process_command_and_environment(tmp_path):
+    assert on_trn.kernel_command("6_lnc2", "Qwen3.5-27B-TP8", 1, 0, tmp_path) == \
+        [sys.executable, "-m", "benchmarks.on_trn", "6_lnc2", "--config", "Qwen3.5-27B-TP8", "--batch", "1",
+         "--seed", "0", "--work", str(tmp_path), "--kernel-only"]
+    base = {"PATH": "/bin", "NKICPU": "1", "NEURON_PLATFORM_TARGET_OVERRIDE": "trn3"}
+    env = on_trn.kernel_env(2, tmp_path / "inspect", base)
+    assert {k: env[k] for k in env if k != "PATH"} == {
+        "NKICPU": "0", "NEURON_LOGICAL_NC_CONFIG": "2", "NKI_DEBUG_INFO": "True",
+        "NEURON_RT_INSPECT_ENABLE": "1", "NEURON_RT_INSPECT_DEVICE_PROFILE": "1",
+        "NEURON_RT_INSPECT_OUTPUT_DIR": str(tmp_path / "inspect"),
+        "NEURON_PLATFORM_TARGET_OVERRIDE": "trn3"}                       # a set target is kept
+    assert on_trn.kernel_env(1, "i", {})["NEURON_PLATFORM_TARGET_OVERRIDE"] == "trn2"
+    assert "NEURON_FRAMEWORK_DEBUG" not in env                           # for framework traces only
+    assert on_trn.capture_env(2, env) == {"PATH": "/bin", "NKICPU": "0", "NEURON_LOGICAL_NC_CONFIG": "2",
+                                          "NKI_DEBUG_INFO": "True", "NEURON_PLATFORM_TARGET_OVERRIDE": "trn3"}
+
+
+@pytest.mark.parametrize("lnc, nki_version, launch", [
+    (2, "0.6.0", "bracket"),         # Neuron 2.32: kernel[2]
+    (2, "0.7.0", "env"),             # Neuron 2.33: the plain kernel, NEURON_LOGICAL_NC_CONFIG=2
+    (2, "0.10.1", "env"),
+    (2, None, "bracket"),            # the CPU model
+    (1, "0.7.0", "bracket"),         # LNC=1: the plain kernel either way
+])
+def test_the_lnc_launch_follows_the_sdk_version(lnc, nki_version, launch):
+    assert on_trn.lnc_launch(lnc, nki_version) == launch
+
+
+def test_the_lnc2_step_launches_the_fused_kernel_either_way():
+    lnc2, fused = on_trn.VARIANTS_BY_NAME["6_lnc2"], on_trn.VARIANTS_BY_NAME["5_fused"].load_kernel()
+    assert on_trn.launch_kernel(lnc2, "0.7.0") is fused
+    assert on_trn.launch_kernel(lnc2, "0.6.0") is not fused              # kernel[2]
+
+
+def test_version_tuple():
+    assert on_trn.version_tuple("0.6.0") == (0, 6, 0) < on_trn.ENV_LNC_NKI <= on_trn.version_tuple("0.7.0")
+    assert on_trn.version_tuple("2.32.1.5+abc") == (2, 32, 1, 5)
+    assert on_trn.version_tuple("0.3.0") < on_trn.STANDALONE_NKI <= on_trn.version_tuple("0.4.0")
+
+
+@pytest.mark.skipif(kernels.NKI_BACKEND != "nkicpu", reason="runs the kernel process on the CPU model")
+def test_the_kernel_process_on_the_cpu_model_records_the_check(tmp_path):
+    env = {**os.environ, "NKICPU": "1", "PYTHONPATH": str(REPO), "OPENBLAS_NUM_THREADS": "1"}
+    cmd = on_trn.kernel_command("6_lnc2", "Qwen3.5-0.8B-TP8", 1, 0, tmp_path)
+    run = on_trn.kernel_process(cmd, tmp_path, env, timeout=300)
+    assert run["ok"] and run["error"] is None and run["backend"] == "nkicpu" and run["launch"] == "kernel[2]"
+    assert [r["output"] for r in run["check"]] == [n for n, _ in on_trn.REFERENCES["6_lnc2"][1]]
+    assert json.loads((tmp_path / on_trn.KERNEL_RUN).read_text()) == run
+    assert "kernel[2]" in (tmp_path / "kernel_process.log").read_text()
+
+
+def test_a_kernel_process_that_dies_becomes_an_error_record(tmp_path):
+    cmd = [sys.executable, "-c", "import sys; print('compiler says no'); sys.exit(70)"]
+    run = on_trn.kernel_process(cmd, tmp_path, dict(os.environ), timeout=60)
+    assert not run["ok"] and run["check"] is None
+    assert "exit 70" in run["error"]["message"] and "compiler says no" in run["error"]["message"]
+    assert "compiler says no" in on_trn.describe_error(run)
+
+
+def test_a_failed_kernel_record_carries_the_end_of_the_log(tmp_path):
+    """The kernel process recorded an exception; the compiler's own log lines come with it."""
+    record = {"ok": False, "check": None, "error": {"type": "CompilerError", "message": "failed"}}
+    code = (f"import json, sys; print('ERROR NCC_EXXX: unsupported expression', file=sys.stderr); "
+            f"open({str(tmp_path / on_trn.KERNEL_RUN)!r}, 'w').write(json.dumps({record!r})); sys.exit(1)")
+    run = on_trn.kernel_process([sys.executable, "-c", code], tmp_path, dict(os.environ), timeout=60)
+    assert run["error"]["message"] == "failed"
+    assert "NCC_EXXX: unsupported expression" in run["error"]["log_tail"]
 
 
 def test_run_tool_reports_failures_and_timeouts(tmp_path):
@@ -213,7 +289,7 @@ def test_the_default_label_is_measured_and_bad_files_are_rejected(tmp_path):
 STAND_IN = '''#!{python}
 """A stand-in for neuron-explorer (NOT the real tool): writes the files the documentation says the
 real one writes, with the hand-made fixture as the export."""
-import shutil, sys
+import json, os, shutil, sys
 argv = sys.argv[1:]
 def value(flag):
     return argv[argv.index(flag) + 1]
@@ -222,21 +298,64 @@ if argv[0] == "capture":
     open(value("-s")[:-len(".ntff")] + "_exec_" + nth + ".ntff", "w").close()
 elif argv[0] == "view" and value("--output-format") == "json":
     shutil.copy({fixture!r}, value("--output-file"))
+elif argv[0] == "view" and value("--output-format") == "parquet" and {parquet!r}:
+    # JSON rows in files named like Parquet tables: the test reads them through a fake pyarrow
+    out = value("--output-file")
+    os.makedirs(out)
+    tables = json.load(open({tables!r}))
+    for name, rows in tables.items():
+        json.dump(rows[:1], open(os.path.join(out, name + "_0.parquet"), "w"))
+        json.dump(rows[1:], open(os.path.join(out, name + "_1.parquet"), "w"))
+    json.dump([{{"total_time": 4.2e-05, "event_count": 8}}], open(os.path.join(out, "Summary.parquet"), "w"))
 else:
     sys.exit("stand-in: unsupported " + " ".join(argv))
 '''
 
 
-def test_capture_and_export_plumbing_with_a_stand_in_tool(tmp_path):
+def _stand_in(tmp_path, parquet):
     tool = tmp_path / "fake-neuron-explorer"
-    tool.write_text(STAND_IN.format(python=sys.executable, fixture=str(FIXTURES / "explorer_profile.json")))
+    tool.write_text(STAND_IN.format(python=sys.executable, fixture=str(FIXTURES / "explorer_profile.json"),
+                                    tables=str(FIXTURES / "explorer_tables.json"), parquet=parquet))
     tool.chmod(0o755)
     work = tmp_path / "work"
     work.mkdir()
     neff = work / "kernel.neff"
     neff.write_bytes(b"")
-    args = on_trn.parse_args(["rmsnorm_gated", "--config", "Qwen3-Next-80B-TP4", "--batch", "1"])
-    events, info = on_trn.capture_and_export(args, str(tool), neff, work)
+    return str(tool), neff, work
+
+
+class FakeTable:
+    def __init__(self, path):
+        self.path = path
+
+    def to_pylist(self):
+        return json.loads(Path(self.path).read_text())
+
+
+def test_parquet_capture_and_export_with_a_stand_in_tool_and_a_fake_pyarrow(tmp_path, monkeypatch):
+    """The default export: the tables (split in numbered parts) reduce to the fixture's events and
+    Explorer's total_time comes from the Summary table."""
+    fake = type(sys)("pyarrow.parquet")
+    fake.read_table = FakeTable
+    monkeypatch.setitem(sys.modules, "pyarrow", type(sys)("pyarrow"))
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", fake)
+    tool, neff, work = _stand_in(tmp_path, parquet=True)
+    args = on_trn.parse_args(["6_lnc2", "--config", "Qwen3-Next-80B-TP4", "--batch", "1"])
+    events, info = on_trn.capture_and_export(args, tool, neff, work)
+    assert events == _fixture_events()
+    assert Path(info["ntff"]).name == "6_lnc2_exec_2.ntff" and info["export_format"] == "parquet"
+    assert Path(info["export"]) == work / "6_lnc2_parquet"
+    assert on_trn.measured_total_us(info["explorer_summary"]) == pytest.approx(42.0)
+    assert on_trn.measured_total_us(None) is None
+    capture_log = (work / "neuron-explorer_capture.log").read_text()
+    assert "--num-exec=2 --profile-nth-exec=2" in capture_log
+
+
+def test_capture_and_export_plumbing_with_a_stand_in_tool(tmp_path):
+    tool, neff, work = _stand_in(tmp_path, parquet=False)
+    args = on_trn.parse_args(["rmsnorm_gated", "--config", "Qwen3-Next-80B-TP4", "--batch", "1",
+                              "--export", "json"])
+    events, info = on_trn.capture_and_export(args, tool, neff, work)
     assert events == explorer.read_json(FIXTURES / "explorer_profile.json")
     assert Path(info["ntff"]).name == "rmsnorm_gated_exec_2.ntff"
     assert Path(info["export"]).name == "rmsnorm_gated_profile.json"
@@ -244,7 +363,7 @@ def test_capture_and_export_plumbing_with_a_stand_in_tool(tmp_path):
     assert (work / "neuron-explorer_capture.log").is_file() and (work / "neuron-explorer_view.log").is_file()
     args.export = "parquet"                                             # the stand-in refuses: a clear error
     with pytest.raises(on_trn.OnTrnError, match="neuron-explorer view failed"):
-        on_trn.capture_and_export(args, str(tool), neff, work)
+        on_trn.capture_and_export(args, tool, neff, work)
 
 
 # --- can this machine run it, and the notebooks' trn cell -------------------------------------
@@ -286,6 +405,8 @@ SDK, DEVICE, EXPLORER = "the Neuron SDK (", "a Neuron device (", "neuron-explore
     (False, [], None, [SDK, DEVICE, EXPLORER]),
 ])
 def test_device_status_names_what_is_missing(sdk, devices, explorer_bin, named, monkeypatch):
+    monkeypatch.setattr(on_trn, "importable", lambda module: True)
+    monkeypatch.setattr(on_trn, "installed_version", lambda dist: "0.6.0")
     monkeypatch.setattr(on_trn, "neuron_sdk_importable", lambda: sdk)
     monkeypatch.setattr(on_trn, "neuron_devices", lambda: devices)
     monkeypatch.setattr(on_trn, "which_explorer", lambda: explorer_bin)
@@ -294,11 +415,43 @@ def test_device_status_names_what_is_missing(sdk, devices, explorer_bin, named, 
     assert [n for n in (SDK, DEVICE, EXPLORER) if n in status] == named
 
 
-def test_device_status_is_none_with_all_three(monkeypatch):
+def _everything_there(monkeypatch):
     monkeypatch.setattr(on_trn, "neuron_sdk_importable", lambda: True)
+    monkeypatch.setattr(on_trn, "installed_version", lambda dist: "0.6.0")
     monkeypatch.setattr(on_trn, "neuron_devices", lambda: [Path("/dev/neuron0")])
     monkeypatch.setattr(on_trn, "which_explorer", lambda: "/opt/aws/neuron/bin/neuron-explorer")
+    monkeypatch.setattr(on_trn, "importable", lambda module: True)
+
+
+def test_device_status_is_none_with_everything(monkeypatch):
+    _everything_there(monkeypatch)
     assert on_trn.device_status() is None
+
+
+def test_device_status_names_an_sdk_too_old_for_standalone_calls(monkeypatch):
+    _everything_there(monkeypatch)
+    monkeypatch.setattr(on_trn, "installed_version", lambda dist: "0.3.0")       # Neuron 2.29
+    assert "NKI 0.4.0 or newer (Neuron 2.30+)" in on_trn.device_status()
+    assert "nki 0.3.0 is installed" in on_trn.device_status()
+
+
+@pytest.mark.parametrize("module, named", [("torch", "torch, which the reference"),
+                                           ("pyarrow", "pyarrow, which reads")])
+def test_device_status_answers_without_torch_or_pyarrow(module, named, monkeypatch):
+    _everything_there(monkeypatch)
+    monkeypatch.setattr(on_trn, "importable", lambda m: m != module)
+    status = on_trn.device_status()
+    assert status.startswith("This machine cannot run kernels") and named in status
+    if module == "torch":
+        assert on_trn.CPU_TORCH in status
+
+
+def test_importing_the_runner_does_not_import_torch():
+    code = ("import sys; import benchmarks.on_trn as o; assert callable(o.device_status); "
+            "assert 'torch' not in sys.modules, 'torch was imported'")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "NKICPU": "1"}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
 
 
 def _no_process(*args, **kwargs):
@@ -324,8 +477,8 @@ def test_run_in_notebook_on_cpu_says_what_it_would_do_and_starts_nothing(monkeyp
 def test_run_in_notebook_rejects_a_bad_stage_on_any_machine(monkeypatch, capsys):
     monkeypatch.setattr(on_trn, "device_status", lambda: "no device.")
     with pytest.raises(SystemExit):
-        on_trn.run_in_notebook("6_lnc2", "Qwen3-Next-80B-TP4", 1)          # LNC=2: not a runner stage
-    assert "invalid choice: '6_lnc2'" in capsys.readouterr().err
+        on_trn.run_in_notebook("0_staged", "Qwen3-Next-80B-TP4", 1)        # five launches from the host
+    assert "invalid choice: '0_staged'" in capsys.readouterr().err
 
 
 class FakeRunner:
