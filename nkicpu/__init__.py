@@ -18,6 +18,7 @@ from . import isa, language
 from .errors import NkiValidationError, not_modeled, rule_error
 from .memory import Allocation, MemoryRegion, check_dtype
 from .run import Run, running
+from .subset import check_kernel
 from .tensor import NkiTensor
 
 __all__ = ["jit", "simulate", "capture", "Capture", "install_as_nki", "language", "isa", "NkiValidationError"]
@@ -56,6 +57,7 @@ class Kernel:
         if running():
             if self.programs is not None:
                 raise not_modeled(f"launching {self.__name__}[{self.programs}] from inside a running kernel")
+            check_kernel(self.fn)  # a kernel passed in as an argument: reached only now
             return self.fn(*args, **kwargs)
         # Outside a kernel the SDK compiles and runs on a NeuronCore; here that is the CPU model.
         return simulate(self)(*args, **kwargs)
@@ -127,6 +129,7 @@ def capture(kernel):
     programs = kernel.programs if isinstance(kernel, Kernel) else None
 
     def run(*args, **kwargs):
+        check_kernel(fn)  # the Python subset NKI 0.6 compiles (nkicpu/subset.py)
         for i, a in enumerate(list(args) + list(kwargs.values())):
             if _is_torch(a):
                 raise TypeError(f"nkicpu.simulate: argument {i} is a torch tensor; pass NumPy arrays "
