@@ -426,9 +426,11 @@ def test_every_enforced_rule_has_a_case():
 
 @pytest.mark.parametrize("buffer", ["sbuf", "hbm", "private_hbm"])
 def test_output_must_be_shared_hbm(buffer):
+    buf = getattr(nl, buffer)   # host code: kernel code may not call getattr
+
     @nki.jit
     def k(x):
-        t = nl.ndarray(x.shape, x.dtype, buffer=getattr(nl, buffer))
+        t = nl.ndarray(x.shape, x.dtype, buffer=buf)
         nisa.dma_copy(dst=t, src=x)
         return t
 
