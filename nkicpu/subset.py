@@ -18,6 +18,7 @@ import site
 import sys
 import sysconfig
 import types
+import weakref
 
 from .errors import rule_error
 from .language import NKIObject
@@ -44,7 +45,7 @@ REFUSED_BUILTINS = {
 _LIBRARY_DIRS = tuple(os.path.realpath(p) + os.sep for p in {
     *(sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")),
     *site.getsitepackages()})
-_passed = set()        # code objects whose whole reach passed already: each function is read once
+_passed = weakref.WeakSet()  # functions whose whole reach passed: each is read once
 _module_trees = {}     # filename -> (source lines, parsed module)
 
 
@@ -55,9 +56,9 @@ def check_kernel(fn):
     seen = set()
     while todo:
         f, chain = todo.pop()
-        if f.__code__ in seen or f.__code__ in _passed:
+        if f in seen or f in _passed:
             continue
-        seen.add(f.__code__)
+        seen.add(f)
         node, filename = _definition(f)
         if node is None:
             continue  # no source to read (generated, e.g. a dataclass __init__)
@@ -153,11 +154,12 @@ class _Checker(ast.NodeVisitor):
         for stmt in body if isinstance(body, list) else [body]:
             self.visit(stmt)
 
-    def error(self, rule, node, message):
+    def at(self, node, message):
+        """rule_error's `where` and `message` for a construct at `node` of this function."""
         where = f"{self.fn.__qualname__} ({self.filename}:{node.lineno})"
         if len(self.chain) > 1:
             message += f" (kernel code: reached from {' -> '.join(f.__name__ for f in self.chain)})"
-        return rule_error(rule, where, message)
+        return where, message
 
     # -- resolving names ---------------------------------------------------------------------
     def resolve(self, node):
@@ -197,13 +199,14 @@ class _Checker(ast.NodeVisitor):
     # -- the rules ---------------------------------------------------------------------------
     def visit_Call(self, node):
         ok, obj = self.resolve(node.func)
+        name = node.func.id if isinstance(node.func, ast.Name) else None
         if ok and obj is builtins.slice:
-            raise self.error("subset-slice", node, "slice(...) objects are not NKI values; index with a slice "
-                                                   "expression t[a:b] or call t.slice(...)")
-        if ok and isinstance(node.func, ast.Name) and getattr(builtins, node.func.id, None) is obj \
-                and node.func.id in REFUSED_BUILTINS:
-            raise self.error("subset-builtin", node, f"{node.func.id}() is not in the Python subset NKI 0.6 "
-                                                     f"compiles; write {REFUSED_BUILTINS[node.func.id]}")
+            raise rule_error("subset-slice", *self.at(
+                node, "slice(...) objects are not NKI values; index with a slice expression t[a:b]"))
+        if ok and name in REFUSED_BUILTINS and obj is getattr(builtins, name):
+            raise rule_error("subset-builtin", *self.at(
+                node, f"{name}() is not in the Python subset NKI 0.6 compiles; write "
+                      f"{REFUSED_BUILTINS[name]}"))
         if ok and _project_class(obj):
             self.instantiate(obj, node)
         self.generic_visit(node)
@@ -212,86 +215,91 @@ class _Checker(ast.NodeVisitor):
         if issubclass(cls, enum.Enum):
             return  # enumerations are NKI values (language guide, 'Enumerations')
         if not issubclass(cls, NKIObject):
-            raise self.error("subset-class", node, f"{cls.__name__}(...) builds a class that does not inherit "
-                                                   f"NKIObject; declare it `class {cls.__name__}(nl.NKIObject)` "
-                                                   f"(a @dataclass may keep its decorator)")
-        for klass in cls.__mro__:
-            if klass is not NKIObject and klass is not object:
-                for member in vars(klass).values():
-                    self.reach(member)
+            raise rule_error("subset-class", *self.at(
+                node, f"{cls.__name__}(...) builds a class that does not inherit NKIObject; declare "
+                      f"it `class {cls.__name__}(nl.NKIObject)` (a @dataclass keeps its decorator)"))
+        for klass in cls.__mro__[:cls.__mro__.index(NKIObject)]:
+            for member in vars(klass).values():
+                self.reach(member)  # its methods are kernel code too
 
     def visit_ListComp(self, node):
-        raise self.error("subset-comprehension", node, "a list comprehension is not in the Python subset NKI 0.6 "
-                                                       "compiles ('unsupported expression'); build the list with a "
-                                                       "for loop and .append()")
+        raise rule_error("subset-comprehension", *self.at(
+            node, "a list comprehension is not in the Python subset NKI 0.6 compiles ('unsupported "
+                  "expression'); build the list with a for loop and .append()"))
 
     def visit_SetComp(self, node):
-        raise self.error("subset-comprehension", node, "a set comprehension is not in the Python subset NKI 0.6 "
-                                                       "compiles; use a list built with a for loop")
+        raise rule_error("subset-comprehension", *self.at(
+            node, "a set comprehension is not in the Python subset NKI 0.6 compiles; build a list "
+                  "with a for loop"))
 
     def visit_DictComp(self, node):
-        raise self.error("subset-comprehension", node, "a dict comprehension is not in the Python subset NKI 0.6 "
-                                                       "compiles; fill a dict with string keys in a for loop")
+        raise rule_error("subset-comprehension", *self.at(
+            node, "a dict comprehension is not in the Python subset NKI 0.6 compiles; fill a dict "
+                  "with string keys in a for loop"))
 
     def visit_GeneratorExp(self, node):
-        raise self.error("subset-comprehension", node, "a generator expression is not in the Python subset NKI "
-                                                       "0.6 compiles; write a for loop")
+        raise rule_error("subset-comprehension", *self.at(
+            node, "a generator expression is not in the Python subset NKI 0.6 compiles; write a for "
+                  "loop (or build a list, then tuple(list))"))
 
     def visit_Yield(self, node):
-        raise self.error("subset-yield", node, "yield makes a generator, which NKI 0.6 does not compile; "
-                                               "append to a list and return it")
+        raise rule_error("subset-yield", *self.at(
+            node, "yield makes a generator, which NKI 0.6 does not compile; append to a list and "
+                  "return it"))
 
     visit_YieldFrom = visit_Yield
 
     def visit_Lambda(self, node):
-        raise self.error("subset-lambda", node, "a lambda is not in the Python subset NKI 0.6 compiles; pass a "
-                                                "module-level function")
+        raise rule_error("subset-lambda", *self.at(
+            node, "a lambda is not in the Python subset NKI 0.6 compiles; pass a module-level "
+                  "function"))
 
     def visit_FunctionDef(self, node):
-        raise self.error("subset-inner-def", node, f"def {node.name} inside kernel code: NKI does not support "
-                                                   f"inner function definitions; define it at module level and "
-                                                   f"pass what it needs as arguments")
+        raise rule_error("subset-inner-def", *self.at(
+            node, f"def {node.name} inside kernel code: NKI does not support inner function "
+                  f"definitions; define it at module level and pass what it needs as arguments"))
 
     visit_AsyncFunctionDef = visit_FunctionDef
 
     def visit_ClassDef(self, node):
-        raise self.error("subset-class", node, f"class {node.name} is defined inside kernel code; define it at "
-                                               f"module level, inheriting nl.NKIObject")
+        raise rule_error("subset-class", *self.at(
+            node, f"class {node.name} is defined inside kernel code; define it at module level, "
+                  f"inheriting nl.NKIObject"))
 
     def visit_Raise(self, node):
-        raise self.error("subset-raise", node, "raise is not in the Python subset NKI 0.6 compiles; check with "
-                                               "`assert cond, message`")
+        raise rule_error("subset-raise", *self.at(
+            node, "raise is not in the Python subset NKI 0.6 compiles; check with "
+                  "`assert cond, message`"))
 
     def visit_Dict(self, node):
         for key in node.keys:
             if key is not None and not isinstance(key, ast.JoinedStr) \
                     and not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
-                raise self.error("subset-dict-key", key, f"dict key `{ast.unparse(key)}`: NKI dicts take string "
-                                                         f"keys only; write a string literal key, or index a "
-                                                         f"list or tuple by the integer")
+                raise rule_error("subset-dict-key", *self.at(
+                    key, f"dict key `{ast.unparse(key)}`: NKI dicts take string keys only; write a "
+                         f"string literal, or index a list or tuple by the integer"))
         self.generic_visit(node)
 
     def visit_Starred(self, node):
         if isinstance(node.ctx, ast.Store):
-            raise self.error("subset-starred-target", node, f"starred target `{ast.unparse(node)}`; unpack a "
-                                                            f"fixed number of names and slice the rest: "
-                                                            f"`a = t[0]`, `rest = t[1:]`")
+            raise rule_error("subset-starred-target", *self.at(
+                node, f"starred target `{ast.unparse(node)}` is not in the Python subset NKI 0.6 "
+                      f"compiles; index and slice instead: `a = t[0]`, `rest = t[1:]`"))
         self.generic_visit(node)
 
     def control_flow(self, node, what, instead):
-        raise self.error("subset-control-flow", node, f"{what} is not NKI control flow (if, for, while); "
-                                                      f"{instead}")
+        raise rule_error("subset-control-flow", *self.at(
+            node, f"{what} is not NKI control flow (if, for, while); {instead}"))
 
     def visit_Try(self, node):
-        self.control_flow(node, "try", "check inputs with `assert cond, message` instead of catching errors")
+        self.control_flow(node, "try", "check inputs with `assert cond, message` instead")
 
     visit_TryStar = visit_Try
 
     def visit_With(self, node):
         self.control_flow(node, "with", "call what the context manager would do explicitly")
 
-    def visit_AsyncWith(self, node):
-        self.control_flow(node, "async with", "call what the context manager would do explicitly")
+    visit_AsyncWith = visit_With
 
     def visit_AsyncFor(self, node):
         self.control_flow(node, "async for", "write a plain for loop")
@@ -303,9 +311,9 @@ class _Checker(ast.NodeVisitor):
         self.control_flow(node, "match", "write an if / elif chain")
 
     def visit_Global(self, node):
-        raise self.error("subset-global", node, f"{type(node).__name__.lower()} {', '.join(node.names)}: a "
-                                                f"kernel is a pure function of its arguments; pass the value "
-                                                f"in and return what changes")
+        raise rule_error("subset-global", *self.at(
+            node, f"{type(node).__name__.lower()} {', '.join(node.names)}: a kernel is a pure "
+                  f"function of its arguments; pass the value in and return what changes"))
 
     visit_Nonlocal = visit_Global
 
