@@ -347,10 +347,17 @@ def test_disjoint_hbm_writes_and_shared_reads_do_not_race():
     assert_bits_equal(nki.simulate(_grid_kernel(body))(x), x)
 
 
+def _shared_hbm_tensors(n):
+    tensors = []
+    for _ in range(n):
+        tensors.append(nl.ndarray((2, 4), nl.float32, buffer=nl.shared_hbm))
+    return tensors
+
+
 @pytest.mark.parametrize("body,words", [
     (lambda x, i: nl.ndarray((2, 4 + i), nl.float32, buffer=nl.shared_hbm),
      r"in program 1: nl.shared_hbm allocation #0 is \[2, 5\] float32, but program 0's is \[2, 4\] float32"),
-    (lambda x, i: [nl.ndarray((2, 4), nl.float32, buffer=nl.shared_hbm) for _ in range(1 + i)][0],
+    (lambda x, i: _shared_hbm_tensors(1 + i)[0],
      r"in program 1: is nl.shared_hbm allocation #1, but program 0 made only 1"),
     (lambda x, i: x if i else nl.ndarray((2, 4), nl.float32, buffer=nl.shared_hbm),
      r"program 1: allocated 0 nl.shared_hbm tensor\(s\), program 0 allocated 1"),
