@@ -27,7 +27,7 @@ globals().update(OPS)
 
 
 class NKIObject:
-    """Base class for user dataclasses passed into kernels."""
+    """Base class of the classes kernel code builds or takes (language stub; language guide, 'Class Support')."""
 
 
 class _TileSize:
