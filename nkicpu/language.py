@@ -27,7 +27,7 @@ globals().update(OPS)
 
 
 class NKIObject:
-    """Base class of the classes kernel code builds or takes (language stub; language guide, 'Class Support')."""
+    """Base of the classes kernel code builds or takes (language guide, 'Class Support')."""
 
 
 class _TileSize:

@@ -112,14 +112,18 @@ def _definition(fn):
         return None, filename
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Lambda) and code.co_name == "<lambda>" and node.lineno == code.co_firstlineno:
+        if isinstance(node, ast.Lambda):
+            first, name = node.lineno, "<lambda>"
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            first, name = min([d.lineno for d in node.decorator_list] + [node.lineno]), node.name
+        else:
+            continue
+        if (first, name) == (code.co_firstlineno, code.co_name):
             found.append(node)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == code.co_name:
-            if min([d.lineno for d in node.decorator_list] + [node.lineno]) == code.co_firstlineno:
-                found.append(node)
     if len(found) > 1:  # several lambdas on one line: the one whose span holds its body's code
-        start = min((p[0], p[2]) for p in code.co_positions() if p[0] is not None and p[2] is not None)
-        found = [n for n in found if (n.lineno, n.col_offset) <= start <= (n.end_lineno, n.end_col_offset)]
+        start = min((p[0], p[2]) for p in code.co_positions() if None not in (p[0], p[2]))
+        found = [n for n in found
+                 if (n.lineno, n.col_offset) <= start <= (n.end_lineno, n.end_col_offset)]
     return (found[0] if found else None), filename
 
 
@@ -141,7 +145,8 @@ class _Checker(ast.NodeVisitor):
 
     def __init__(self, fn, node, filename, chain):
         self.fn, self.node, self.chain = fn, node, chain
-        self.filename = os.path.relpath(filename) if os.path.realpath(filename).startswith(os.getcwd()) else filename
+        inside = os.path.realpath(filename).startswith(os.getcwd())
+        self.filename = os.path.relpath(filename) if inside else filename
         self.locals = _local_names(node)
         self.closure = {}
         for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
@@ -171,13 +176,12 @@ class _Checker(ast.NodeVisitor):
                 return False, None
             if node.id in self.fn.__globals__:
                 return True, self.fn.__globals__[node.id]
-            return (True, getattr(builtins, node.id)) if hasattr(builtins, node.id) else (False, None)
+            return _lookup(vars(builtins), node.id)
         if isinstance(node, ast.Attribute):
             ok, base = self.resolve(node.value)
-            if ok and isinstance(base, types.ModuleType) and not _is_library_module(base.__name__):
-                return (True, base.__dict__[node.attr]) if node.attr in base.__dict__ else (False, None)
-            if ok and _project_class(base):
-                return (True, base.__dict__[node.attr]) if node.attr in base.__dict__ else (False, None)
+            module = isinstance(base, types.ModuleType) and not _is_library_module(base.__name__)
+            if ok and (module or _project_class(base)):
+                return _lookup(vars(base), node.attr)
         return False, None
 
     def reach(self, obj):
@@ -202,7 +206,8 @@ class _Checker(ast.NodeVisitor):
         name = node.func.id if isinstance(node.func, ast.Name) else None
         if ok and obj is builtins.slice:
             raise rule_error("subset-slice", *self.at(
-                node, "slice(...) objects are not NKI values; index with a slice expression t[a:b]"))
+                node, "slice(...) objects are not NKI values; index with a slice expression "
+                      "t[a:b]"))
         if ok and name in REFUSED_BUILTINS and obj is getattr(builtins, name):
             raise rule_error("subset-builtin", *self.at(
                 node, f"{name}() is not in the Python subset NKI 0.6 compiles; write "
@@ -216,8 +221,9 @@ class _Checker(ast.NodeVisitor):
             return  # enumerations are NKI values (language guide, 'Enumerations')
         if not issubclass(cls, NKIObject):
             raise rule_error("subset-class", *self.at(
-                node, f"{cls.__name__}(...) builds a class that does not inherit NKIObject; declare "
-                      f"it `class {cls.__name__}(nl.NKIObject)` (a @dataclass keeps its decorator)"))
+                node, f"{cls.__name__}(...) builds a class that does not inherit NKIObject; "
+                      f"declare it `class {cls.__name__}(nl.NKIObject)` (a @dataclass keeps its "
+                      f"decorator)"))
         for klass in cls.__mro__[:cls.__mro__.index(NKIObject)]:
             for member in vars(klass).values():
                 self.reach(member)  # its methods are kernel code too
@@ -239,8 +245,8 @@ class _Checker(ast.NodeVisitor):
 
     def visit_GeneratorExp(self, node):
         raise rule_error("subset-comprehension", *self.at(
-            node, "a generator expression is not in the Python subset NKI 0.6 compiles; write a for "
-                  "loop (or build a list, then tuple(list))"))
+            node, "a generator expression is not in the Python subset NKI 0.6 compiles; write a "
+                  "for loop (or build a list, then tuple(list))"))
 
     def visit_Yield(self, node):
         raise rule_error("subset-yield", *self.at(
@@ -316,6 +322,10 @@ class _Checker(ast.NodeVisitor):
                   f"function of its arguments; pass the value in and return what changes"))
 
     visit_Nonlocal = visit_Global
+
+
+def _lookup(namespace, name):
+    return (True, namespace[name]) if name in namespace else (False, None)
 
 
 def _filled(cell):

@@ -66,14 +66,16 @@ def depthwise_conv1d_implicit_gemm(img_ref, filter_ref, padding=((0, 0), (0, 0))
             for st in nl.affine_range(num_s_tiles):
                 s_start = st * S_TILE
                 s_size = min(S_TILE, S - s_start)
-                filters.append(_load_filter_tile(filter_ref, c_global, c_size, C_TILE, s_start, s_size, S_TILE))
+                filters.append(_load_filter_tile(filter_ref, c_global, c_size, C_TILE, s_start, s_size,
+                                                 S_TILE))
             for ch in nl.affine_range(c_size):
                 row = (n * C + c_global + ch) * W
                 inputs = []
                 for st in nl.affine_range(num_s_tiles):
                     s_start = st * S_TILE
                     s_size = min(S_TILE, S - s_start)
-                    inputs.append(_load_input_tile(img_ref, row, s_start, s_size, S_TILE, Q, pad_l, stride_w))
+                    inputs.append(_load_input_tile(img_ref, row, s_start, s_size, S_TILE, Q, pad_l,
+                                                   stride_w))
                 for q_tile in nl.affine_range(num_q_tiles):
                     q_start = q_tile * Q_TILE
                     q_size = min(Q_TILE, Q - q_start)
