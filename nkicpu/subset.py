@@ -46,7 +46,7 @@ _LIBRARY_DIRS = tuple(os.path.realpath(p) + os.sep for p in {
     *(sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")),
     *site.getsitepackages()})
 _passed = weakref.WeakSet()  # functions whose whole reach passed: each is read once
-_module_trees = {}     # filename -> (source lines, parsed module)
+_module_trees = {}            # filename -> its parsed source (None without one)
 
 
 def check_kernel(fn):

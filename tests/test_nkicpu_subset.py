@@ -21,7 +21,7 @@ import kernels
 import nkicpu
 import nkicpu_subset_helpers as helpers
 from nkicpu.subset import REFUSED_BUILTINS
-from nkicpu_subset_helpers import every_other_row, every_other_row_bad, half_rows_out
+from nkicpu_subset_helpers import every_other_row, half_rows_out
 from nkicpu_testing import F32, NkiValidationError, load, nisa, nki, nl, rand, store
 
 X = rand((6, 4), F32)
