@@ -7,6 +7,9 @@ SDK is absent, so kernel files written for the SDK run here unchanged:
     nki.simulate(kernel)(*arrays)   run on NumPy arrays, return NumPy outputs (a tuple for several)
     nkicpu.capture(kernel)(*arrays) the same run, plus the instruction record for the cost model
     kernel[2](*arrays)              an LNC launch grid: programs 0 and 1, one per physical NeuronCore
+
+Before a kernel runs, its source and that of every function it reaches is checked against the
+Python subset NKI 0.6 compiles (subset.py).
 """
 import inspect
 import sys
