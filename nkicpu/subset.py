@@ -20,7 +20,7 @@ import sysconfig
 import types
 import weakref
 
-from .errors import rule_error
+from .errors import NkiValidationError, rule_error
 from .language import NKIObject
 
 # Builtins kernel code may not call, with what to write instead. None has a public "unsupported"
@@ -63,7 +63,10 @@ def check_kernel(fn):
         if node is None:
             continue  # no source to read (generated, e.g. a dataclass __init__)
         checker = _Checker(f, node, filename, chain)
-        checker.check()
+        try:
+            checker.check()
+        except NkiValidationError as e:
+            raise e.with_traceback(None) from None  # the reader's traceback ends here, not in ast
         for g in checker.reached:
             todo.append((g, chain + (g,)))
     _passed.update(seen)
