@@ -7,6 +7,9 @@ SDK is absent, so kernel files written for the SDK run here unchanged:
     nki.simulate(kernel)(*arrays)   run on NumPy arrays, return NumPy outputs (a tuple for several)
     nkicpu.capture(kernel)(*arrays) the same run, plus the instruction record for the cost model
     kernel[2](*arrays)              an LNC launch grid: programs 0 and 1, one per physical NeuronCore
+
+Before a kernel runs, its source and that of every function it reaches is checked against the
+Python subset NKI 0.6 compiles (subset.py).
 """
 import inspect
 import sys
@@ -18,6 +21,7 @@ from . import isa, language
 from .errors import NkiValidationError, not_modeled, rule_error
 from .memory import MemoryRegion, check_dtype
 from .run import Run, running
+from .subset import check_kernel
 from .tensor import NkiTensor
 
 __all__ = ["jit", "simulate", "capture", "Capture", "install_as_nki", "language", "isa", "NkiValidationError"]
@@ -56,6 +60,7 @@ class Kernel:
         if running():
             if self.programs is not None:
                 raise not_modeled(f"launching {self.__name__}[{self.programs}] from inside a running kernel")
+            check_kernel(self.fn)  # a kernel passed in as an argument: reached only now
             return self.fn(*args, **kwargs)
         # Outside a kernel the SDK compiles and runs on a NeuronCore; here that is the CPU model.
         return simulate(self)(*args, **kwargs)
@@ -128,6 +133,7 @@ def capture(kernel):
     programs = kernel.programs if isinstance(kernel, Kernel) else None
 
     def run(*args, **kwargs):
+        check_kernel(fn)  # the Python subset NKI 0.6 compiles (nkicpu/subset.py)
         for i, a in enumerate(list(args) + list(kwargs.values())):
             if _is_torch(a):
                 raise TypeError(f"nkicpu.simulate: argument {i} is a torch tensor; pass NumPy arrays "

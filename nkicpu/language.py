@@ -27,7 +27,7 @@ globals().update(OPS)
 
 
 class NKIObject:
-    """Base class for user dataclasses passed into kernels."""
+    """Base of the classes kernel code builds or takes (language guide, 'Class Support')."""
 
 
 class _TileSize:

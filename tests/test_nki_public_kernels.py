@@ -4,10 +4,15 @@ unmodified under nkicpu and match NumPy references written here.
 Tolerances as for the project's stages (tests/gdn_testing.py): atol = rtol = 1e-2 and cosine
 similarity >= 0.999 on bf16 outputs; kernels that only move data or add once are compared exactly.
 """
+import importlib
+import pkgutil
+
 import numpy as np
 import pytest
 
 import kernels  # noqa: F401  registers nkicpu as `nki` before the fixtures import it
+import nki_public
+import nkicpu
 from nkicpu_testing import BF16, F32, assert_bits_equal, nki, rand
 from gdn_testing import assert_output_close, run_unmodified
 from nki_public.depthwise_conv1d import depthwise_conv1d_implicit_gemm
@@ -283,3 +288,15 @@ def test_tensor_transpose2D(P, rows, cols):
     a = np.arange(P * rows * cols).astype(np.int8).reshape(P, rows * cols)
     want = a.reshape(P, rows, cols).transpose(0, 2, 1).reshape(P, rows * cols)
     assert_bits_equal(simulate(tensor_transpose2D_kernel, a, (rows, cols)), want)
+
+
+def test_every_public_kernel_is_in_the_python_subset():
+    """The fixtures mirror the NKI library, which keeps to the Python subset NKI 0.6 compiles."""
+    found = []
+    for info in pkgutil.iter_modules(nki_public.__path__):
+        module = importlib.import_module(f"nki_public.{info.name}")
+        for obj in vars(module).values():
+            if isinstance(obj, nkicpu.Kernel) and obj.fn.__module__ == module.__name__:
+                nkicpu.subset.check_kernel(obj)
+                found.append(obj.__name__)
+    assert {"rmsnorm_tkg", "layernorm_tkg", "depthwise_conv1d_implicit_gemm", "nki_tensor_add"} <= set(found)

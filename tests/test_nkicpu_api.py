@@ -19,9 +19,11 @@ from nkicpu_testing import BF16, F32, NkiValidationError, assert_bits_equal, loa
 @pytest.mark.parametrize("buffer", ["sbuf", "psum"])
 def test_memset_int_literal_on_a_float_tile(dtype, buffer):
     """The NKI library writes memset(dst=float_tile, value=0); 0.3.0 rejects only float values on int tiles."""
+    buf = getattr(nl, buffer)   # host code: kernel code may not call getattr
+
     @nki.jit
     def k(value):
-        t = nl.ndarray((8, 6), dtype, buffer=getattr(nl, buffer))
+        t = nl.ndarray((8, 6), dtype, buffer=buf)
         nisa.memset(dst=t, value=value)
         out = nl.ndarray((8, 6), dtype)
         nisa.tensor_copy(dst=out, src=t)
@@ -224,8 +226,10 @@ def test_each_program_has_its_own_sbuf_and_psum():
     def k(x):
         out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
         keep = nl.ndarray((128, big), nl.float32)
-        live.append([keep] + [nl.ndarray((128, nl.tile_size.psum_bank_fmax), nl.float32, buffer=nl.psum)
-                              for _ in range(nl.tile_size.psum_num_banks)])
+        tiles = [keep]
+        for _ in range(nl.tile_size.psum_num_banks):
+            tiles.append(nl.ndarray((128, nl.tile_size.psum_bank_fmax), nl.float32, buffer=nl.psum))
+        live.append(tiles)
         row = nl.program_id(0)
         t = load(x[row:row + 1])
         nisa.memset(dst=keep[0:1, 0:x.shape[1]], value=0)
@@ -343,10 +347,17 @@ def test_disjoint_hbm_writes_and_shared_reads_do_not_race():
     assert_bits_equal(nki.simulate(_grid_kernel(body))(x), x)
 
 
+def _shared_hbm_tensors(n):
+    tensors = []
+    for _ in range(n):
+        tensors.append(nl.ndarray((2, 4), nl.float32, buffer=nl.shared_hbm))
+    return tensors
+
+
 @pytest.mark.parametrize("body,words", [
     (lambda x, i: nl.ndarray((2, 4 + i), nl.float32, buffer=nl.shared_hbm),
      r"in program 1: nl.shared_hbm allocation #0 is \[2, 5\] float32, but program 0's is \[2, 4\] float32"),
-    (lambda x, i: [nl.ndarray((2, 4), nl.float32, buffer=nl.shared_hbm) for _ in range(1 + i)][0],
+    (lambda x, i: _shared_hbm_tensors(1 + i)[0],
      r"in program 1: is nl.shared_hbm allocation #1, but program 0 made only 1"),
     (lambda x, i: x if i else nl.ndarray((2, 4), nl.float32, buffer=nl.shared_hbm),
      r"program 1: allocated 0 nl.shared_hbm tensor\(s\), program 0 allocated 1"),
@@ -407,8 +418,11 @@ def _special(shape, dtype, seed=0):
 @nki.jit
 def dma_transpose_kernel(x, axes, dge_mode, via_sbuf):
     src = load(x) if via_sbuf else x
-    perm = axes or {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}[len(x.shape)]
-    dst = nl.ndarray(tuple(x.shape[a] for a in perm), x.dtype)
+    perm = axes or ((1, 0), (2, 1, 0), (3, 1, 2, 0))[len(x.shape) - 2]
+    shape = []
+    for a in perm:
+        shape.append(x.shape[a])
+    dst = nl.ndarray(tuple(shape), x.dtype)
     nisa.dma_transpose(dst=dst, src=src, axes=axes, dge_mode=dge_mode)
     return store(dst)
 

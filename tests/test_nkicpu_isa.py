@@ -236,11 +236,13 @@ def test_tensor_copy_same_dtype_is_bit_exact(engine, dtype):
     else:
         x = special_values(dtype, (8, 8))
 
+    eng = getattr(nisa.engine, engine)   # host code: kernel code may not call getattr
+
     @nki.jit
     def k(x):
         a = load(x)
         b = nl.ndarray(x.shape, x.dtype)
-        nisa.tensor_copy(dst=b, src=a, engine=getattr(nisa.engine, engine))
+        nisa.tensor_copy(dst=b, src=a, engine=eng)
         return store(b)
 
     c = nkicpu.capture(k)(x)
@@ -431,8 +433,8 @@ def test_nc_matmul_fresh_psum_tile_per_accumulation_group():
         for g in range(G):
             ps = nl.ndarray((8, 24), nl.float32, buffer=nl.psum) if fresh else shared
             for kt in range(KT):
-                rows = slice((g * KT + kt) * 16, (g * KT + kt + 1) * 16)
-                nisa.nc_matmul(dst=ps, stationary=load(s[rows, :]), moving=load(m[rows, :]))
+                r0 = (g * KT + kt) * 16
+                nisa.nc_matmul(dst=ps, stationary=load(s[r0:r0 + 16, :]), moving=load(m[r0:r0 + 16, :]))
             res = nl.ndarray((8, 24), nl.float32)
             nisa.tensor_copy(dst=res, src=ps)
             nisa.dma_copy(dst=out[g], src=res)
@@ -629,7 +631,9 @@ def test_activation_reduce_commands():
         a, b = load(x1), load(x2)
         y1 = nl.ndarray(a.shape, nl.float32)
         y2 = nl.ndarray(b.shape, nl.float32)
-        r = [nl.ndarray((P, 1), nl.float32) for _ in range(4)]
+        r = []
+        for _ in range(4):
+            r.append(nl.ndarray((P, 1), nl.float32))
         r16 = nl.ndarray((P, 1), nl.bfloat16)
         nisa.activation(dst=y1, op=nl.square, data=a, reduce_op=nl.add, reduce_res=r[0],
                         reduce_cmd=nisa.reduce_cmd.reset_reduce)           # sum over both free dims
@@ -638,7 +642,7 @@ def test_activation_reduce_commands():
         nisa.activation(dst=y2, op=nl.exp, data=b, reduce_res=r[2])       # idle: reads, leaves them
         nisa.activation(dst=y2, op=nl.exp, data=b, reduce_res=r16)
         nisa.activation(dst=y1, op=nl.square, data=a, reduce_res=r[3], reduce_cmd=nisa.reduce_cmd.reset)
-        return tuple(store(t) for t in r) + (store(r16), store(y1))
+        return store(r[0]), store(r[1]), store(r[2]), store(r[3]), store(r16), store(y1)
 
     r0, r1, r2, r3, r16, y1 = run(k, x1, x2)
     sq = (x1.astype(np.float64) ** 2).reshape(P, -1).sum(1, keepdims=True)
@@ -786,11 +790,12 @@ def test_tensor_tensor_psum_operand_and_broadcast_view():
 @pytest.mark.parametrize("reverse", [False, True])
 def test_tensor_scalar_one_op(name, dtype, reverse):
     x, c = rand((16, 40), dtype), 0.3
+    op = getattr(nl, name)   # host code: kernel code may not call getattr
 
     @nki.jit
     def k(x):
         r = nl.ndarray(x.shape, x.dtype)
-        nisa.tensor_scalar(dst=r, data=load(x), op0=getattr(nl, name), operand0=c, reverse0=reverse)
+        nisa.tensor_scalar(dst=r, data=load(x), op0=op, operand0=c, reverse0=reverse)
         return store(r)
 
     fn = {**ARITH, "greater": lambda p, q: np.greater(p, q).astype(F32)}[name]
@@ -831,11 +836,12 @@ def test_tensor_scalar_unary(name, operand0):
     x = rand((8, 32), F32, 0.25, 4)
     x[0, :4] *= -1 if name == "abs" else 1
     eng = nisa.engine.gpsimd if name == "rsqrt" and operand0 == 0.0 else nisa.engine.unknown  # precise GpSimd rsqrt
+    op = getattr(nl, name)   # host code: kernel code may not call getattr
 
     @nki.jit
     def k(x):
         r = nl.ndarray(x.shape, nl.float32)
-        nisa.tensor_scalar(dst=r, data=load(x), op0=getattr(nl, name), operand0=operand0, engine=eng)
+        nisa.tensor_scalar(dst=r, data=load(x), op0=op, operand0=operand0, engine=eng)
         return store(r)
 
     ref = {"abs": np.abs, "rsqrt": lambda v: 1 / np.sqrt(v), "reciprocal": lambda v: 1 / v}[name](x.astype(np.float64))
@@ -901,18 +907,19 @@ REDUCE = {"add": np.add, "maximum": np.maximum, "minimum": np.minimum, "multiply
 def test_tensor_reduce(name, dtype):
     P = 8
     x = rand((P, 4, 6), dtype, 0.5, 1.5) if name == "multiply" else rand((P, 4, 6), dtype)
+    op = getattr(nl, name)   # host code: kernel code may not call getattr
 
     @nki.jit
     def k(x):
         xs = load(x)
         last = nl.ndarray((P, 4), nl.float32)
-        nisa.tensor_reduce(dst=last, op=getattr(nl, name), data=xs, axis=2)
+        nisa.tensor_reduce(dst=last, op=op, data=xs, axis=2)
         kept = nl.ndarray((P, 4, 1), nl.float32)
-        nisa.tensor_reduce(dst=kept, op=getattr(nl, name), data=xs, axis=(2,), keepdims=True)
+        nisa.tensor_reduce(dst=kept, op=op, data=xs, axis=(2,), keepdims=True)
         both = nl.ndarray((P, 1), nl.float32)
-        nisa.tensor_reduce(dst=both, op=getattr(nl, name), data=xs, axis=(1, 2), negate=True)
+        nisa.tensor_reduce(dst=both, op=op, data=xs, axis=(1, 2), negate=True)
         both16 = nl.ndarray((P, 1), nl.bfloat16)
-        nisa.tensor_reduce(dst=both16, op=getattr(nl, name), data=xs, axis=[1, 2], negate=True)
+        nisa.tensor_reduce(dst=both16, op=op, data=xs, axis=[1, 2], negate=True)
         return store(last), store(kept), store(both), store(both16)
 
     last, kept, both, both16 = run(k, x)

@@ -46,17 +46,18 @@ def matmul_bf16(lhsT, rhs):
 
     out = nl.ndarray((M, N), nl.float32, buffer=nl.shared_hbm)
     # One fp32 accumulator per 512-column block of the output, each in its own PSUM bank.
-    acc = [nl.ndarray((M, TILE_N), nl.float32, buffer=nl.psum) for _ in range(N // TILE_N)]
+    acc = []
+    for _ in range(N // TILE_N):
+        acc.append(nl.ndarray((M, TILE_N), nl.float32, buffer=nl.psum))
 
     for k in range(K // TILE_K):
-        rows = slice(k * TILE_K, (k + 1) * TILE_K)
         # The stationary operand: 128 rows of lhsT, loaded once and used for every column block.
         lhsT_tile = nl.ndarray((TILE_K, M), lhsT.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=lhsT_tile, src=lhsT[rows, :])
+        nisa.dma_copy(dst=lhsT_tile, src=lhsT[k * TILE_K:(k + 1) * TILE_K, :])
         for n in range(N // TILE_N):
             # The moving operand: the matching 128 x 512 block of rhs.
             rhs_tile = nl.ndarray((TILE_K, TILE_N), rhs.dtype, buffer=nl.sbuf)
-            nisa.dma_copy(dst=rhs_tile, src=rhs[rows, n * TILE_N:(n + 1) * TILE_N])
+            nisa.dma_copy(dst=rhs_tile, src=rhs[k * TILE_K:(k + 1) * TILE_K, n * TILE_N:(n + 1) * TILE_N])
             # The first k-tile overwrites the bank, the others add to it.
             nisa.nc_matmul(dst=acc[n], stationary=lhsT_tile, moving=rhs_tile, accumulate=(k > 0))
 

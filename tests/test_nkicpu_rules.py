@@ -16,6 +16,7 @@ import pytest
 
 import nkicpu
 from nkicpu_testing import F32, NkiValidationError, load, nisa, nki, nl, store
+from test_nkicpu_subset import CASES as SUBSET_CASES
 
 SBUF_BYTES = nl.tile_size.sbuf_fmax_bytes   # per partition, trn2
 PSUM_BANK_F32 = nl.tile_size.psum_bank_fmax  # fp32 elements per partition in one 2 KiB bank
@@ -415,14 +416,17 @@ def test_every_enforced_rule_has_a_case():
     covered = {c[0] for c in CASES} | {"output-shared-hbm", "kernel-arguments"}   # these two are tested below
     # Launch-grid and nki.jit rules need a grid or a decorator around the kernel: tests/test_nkicpu_api.py.
     covered |= {"lnc-grid", "lnc-race", "lnc-shared-hbm", "lnc-outputs", "jit-options"}
+    covered |= {c[0] for c in SUBSET_CASES}   # the Python-subset rules: tests/test_nkicpu_subset.py
     assert enforced_rules() <= covered, f"rules without a test: {sorted(enforced_rules() - covered)}"
 
 
 @pytest.mark.parametrize("buffer", ["sbuf", "hbm", "private_hbm"])
 def test_output_must_be_shared_hbm(buffer):
+    buf = getattr(nl, buffer)   # host code: kernel code may not call getattr
+
     @nki.jit
     def k(x):
-        t = nl.ndarray(x.shape, x.dtype, buffer=getattr(nl, buffer))
+        t = nl.ndarray(x.shape, x.dtype, buffer=buf)
         nisa.dma_copy(dst=t, src=x)
         return t
 

@@ -182,25 +182,28 @@ def test_ap_on_hbm_is_any_pattern_over_flat_storage():
 
 def test_is_contiguous_and_get_pattern():
     item = X.itemsize
+    views = []   # (view, NumPy view, on chip) made by the kernel, checked by the host code below
 
     @nki.jit
     def k(x):
         t = load(x)
-        for view, np_view, on_chip in [(t, X, True), (t[:, 1:3, :], X[:, 1:3, :], True),
-                                       (t[:, :, ::2], X[:, :, ::2], True), (t[1:7:2], X[1:7:2], True),
-                                       (x[1:3], X[1:3], False), (x[1:7:2], X[1:7:2], False),
-                                       (x[:, :, 0:3], X[:, :, 0:3], False),
-                                       (t[:, 0:1].broadcast(1, 3), np.broadcast_to(X[:, 0:1], (8, 3, 6)), True)]:
-            assert view.get_pattern() == [[s // item, n] for s, n in zip(np_view.strides, np_view.shape)]
-            # Contiguous per partition on chip (the partition stride is not a memory stride); row-major in HBM.
-            free = np_view[0] if on_chip else np_view
-            want = all(s == free.itemsize * int(np.prod(free.shape[d + 1:])) or n == 1
-                       for d, (s, n) in enumerate(zip(free.strides, free.shape)))
-            assert view.is_contiguous() == want, (view, want)
+        views.extend([(t, X, True), (t[:, 1:3, :], X[:, 1:3, :], True),
+                      (t[:, :, ::2], X[:, :, ::2], True), (t[1:7:2], X[1:7:2], True),
+                      (x[1:3], X[1:3], False), (x[1:7:2], X[1:7:2], False),
+                      (x[:, :, 0:3], X[:, :, 0:3], False),
+                      (t[:, 0:1].broadcast(1, 3), np.broadcast_to(X[:, 0:1], (8, 3, 6)), True)])
         assert t[1:7:2].is_contiguous() and not x[1:7:2].is_contiguous()   # the partition step does not count
         return store(t)
 
     nki.simulate(k)(X)
+    assert len(views) == 8
+    for view, np_view, on_chip in views:
+        assert view.get_pattern() == [[s // item, n] for s, n in zip(np_view.strides, np_view.shape)]
+        # Contiguous per partition on chip (the partition stride is not a memory stride); row-major in HBM.
+        free = np_view[0] if on_chip else np_view
+        want = all(s == free.itemsize * int(np.prod(free.shape[d + 1:])) or n == 1
+                   for d, (s, n) in enumerate(zip(free.strides, free.shape)))
+        assert view.is_contiguous() == want, (view, want)
 
 
 def test_get_pattern_round_trips_through_ap():

@@ -55,7 +55,6 @@ def depthwise_conv1d_implicit_gemm(img_ref, filter_ref, padding=((0, 0), (0, 0))
     C_TILE = min(c_per_shard, P_MAX)
     num_s_tiles, num_q_tiles, num_c_tiles = -(-S // S_TILE), -(-Q // Q_TILE), -(-c_per_shard // C_TILE)
     shard_id = nl.program_id(axis=0)
-    s_tiles = [(st * S_TILE, min(S_TILE, S - st * S_TILE)) for st in range(num_s_tiles)]   # (start, size)
 
     output = nl.ndarray((N, C, 1, Q), dtype=img_ref.dtype, buffer=nl.shared_hbm)
     for n in nl.affine_range(N):
@@ -63,17 +62,27 @@ def depthwise_conv1d_implicit_gemm(img_ref, filter_ref, padding=((0, 0), (0, 0))
             c_start = c_tile * C_TILE
             c_size = min(C_TILE, c_per_shard - c_start)
             c_global = shard_id * c_per_shard + c_start
-            filters = [_load_filter_tile(filter_ref, c_global, c_size, C_TILE, s0, sn, S_TILE) for s0, sn in s_tiles]
+            filters = []
+            for st in nl.affine_range(num_s_tiles):
+                s_start = st * S_TILE
+                s_size = min(S_TILE, S - s_start)
+                filters.append(_load_filter_tile(filter_ref, c_global, c_size, C_TILE, s_start, s_size,
+                                                 S_TILE))
             for ch in nl.affine_range(c_size):
                 row = (n * C + c_global + ch) * W
-                inputs = [_load_input_tile(img_ref, row, s0, sn, S_TILE, Q, pad_l, stride_w) for s0, sn in s_tiles]
+                inputs = []
+                for st in nl.affine_range(num_s_tiles):
+                    s_start = st * S_TILE
+                    s_size = min(S_TILE, S - s_start)
+                    inputs.append(_load_input_tile(img_ref, row, s_start, s_size, S_TILE, Q, pad_l,
+                                                   stride_w))
                 for q_tile in nl.affine_range(num_q_tiles):
                     q_start = q_tile * Q_TILE
                     q_size = min(Q_TILE, Q - q_start)
                     result_psum = nl.ndarray((1, Q_TILE), dtype=nl.float32, buffer=nl.psum)
                     nisa.memset(result_psum, 0)
                     for st in nl.sequential_range(num_s_tiles):
-                        s_size = s_tiles[st][1]
+                        s_size = min(S_TILE, S - st * S_TILE)
                         nisa.nc_matmul(dst=result_psum[0:1, 0:q_size], stationary=filters[st][0:s_size, ch:ch + 1],
                                        moving=inputs[st][0:s_size, q_start:q_start + q_size])
                     result_sbuf = nl.ndarray((1, Q_TILE), dtype=output.dtype, buffer=nl.sbuf)
@@ -107,12 +116,10 @@ def _load_input_tile(img_ref, row, s_start, s_size, S_TILE, Q, pad_l, stride_w):
     """[S_TILE, Q] tile with tile[s, q] = x_padded[s_start + s + q * stride_w] of one channel's row."""
     W = img_ref.shape[3]
     tile = nl.ndarray((S_TILE, Q), dtype=img_ref.dtype, buffer=nl.sbuf)
-
-    def valid_rows(q):   # the rows of column q that fall inside the unpadded input
-        pos = s_start + q * stride_w - pad_l
-        return max(0, -pos), min(s_size, W - pos)
-
-    full = [q for q in range(Q) if valid_rows(q) == (0, s_size)]   # a contiguous run of columns
+    full = []   # the columns whose rows all fall inside the unpadded input: a contiguous run
+    for q in range(Q):
+        if _valid_rows(q, s_start, s_size, stride_w, pad_l, W) == (0, s_size):
+            full.append(q)
     if len(full) < Q or s_size < S_TILE:
         nisa.memset(tile, 0)
     if full:
@@ -129,9 +136,15 @@ def _load_input_tile(img_ref, row, s_start, s_size, S_TILE, Q, pad_l, stride_w):
                           src=img_ref.ap(pattern=[[1, s_size], [1, bulk]], offset=first), dge_mode=nisa.dge_mode.none)
             nisa.tensor_copy(dst=tile[0:s_size, 0:Q], src=input_bulk.ap(pattern=[[bulk, s_size], [stride_w, Q]]))
     for q in range(Q):
-        lo, hi = valid_rows(q)
+        lo, hi = _valid_rows(q, s_start, s_size, stride_w, pad_l, W)
         if q not in full and lo < hi:   # a column cut by the padding: its valid rows only
             nisa.dma_copy(dst=tile[lo:hi, q], src=img_ref.ap(pattern=[[1, hi - lo], [1, 1]],
                                                              offset=row + s_start + lo + q * stride_w - pad_l),
                           dge_mode=nisa.dge_mode.none)
     return tile
+
+
+def _valid_rows(q, s_start, s_size, stride_w, pad_l, W):
+    """The rows [lo, hi) of column q of an input tile that fall inside the unpadded input."""
+    pos = s_start + q * stride_w - pad_l
+    return max(0, -pos), min(s_size, W - pos)

@@ -40,12 +40,14 @@ def nki_tensor_add(a_input, b_input):
     assert M % TILE_M == 0 and N % TILE_N == 0, f"Expected {a_input.shape} to tile by [{TILE_M}, {TILE_N}]"
     for m in nl.affine_range(M // TILE_M):
         for n in nl.affine_range(N // TILE_N):
-            rows, cols = slice(m * TILE_M, (m + 1) * TILE_M), slice(n * TILE_N, (n + 1) * TILE_N)
             a_tile = nl.ndarray(shape=(TILE_M, TILE_N), dtype=a_input.dtype, buffer=nl.sbuf)
             b_tile = nl.ndarray(shape=(TILE_M, TILE_N), dtype=b_input.dtype, buffer=nl.sbuf)
-            nisa.dma_copy(dst=a_tile, src=a_input[rows, cols])
-            nisa.dma_copy(dst=b_tile, src=b_input[rows, cols])
+            nisa.dma_copy(dst=a_tile,
+                          src=a_input[m * TILE_M:(m + 1) * TILE_M, n * TILE_N:(n + 1) * TILE_N])
+            nisa.dma_copy(dst=b_tile,
+                          src=b_input[m * TILE_M:(m + 1) * TILE_M, n * TILE_N:(n + 1) * TILE_N])
             c_tile = nl.ndarray(shape=(TILE_M, TILE_N), dtype=a_input.dtype, buffer=nl.sbuf)
             nisa.tensor_tensor(dst=c_tile, data1=a_tile, data2=b_tile, op=nl.add)
-            nisa.dma_copy(dst=c_output[rows, cols], src=c_tile)
+            nisa.dma_copy(dst=c_output[m * TILE_M:(m + 1) * TILE_M, n * TILE_N:(n + 1) * TILE_N],
+                          src=c_tile)
     return c_output
