@@ -23,9 +23,9 @@ whose store sub-chunk i - 1 has just issued.
 import nki.isa as nisa
 import nki.language as nl
 
-PMAX = nl.tile_size.pmax                 # partitions
-PSUM_BANK_FMAX = nl.tile_size.psum_bank_fmax   # fp32 elements per partition of one PSUM bank
-QUADRANT = 32                            # SBUF partition quadrant: a small matmul's row tile on trn2
+PMAX = nl.tile_size.pmax                        # partitions
+PSUM_BANK_FMAX = nl.tile_size.psum_bank_fmax    # fp32 elements per partition of one PSUM bank
+QUADRANT = 32                                   # partition quadrant: a small matmul's row tile
 # State tiles per DMA: a sub-chunk of 8 tiles moves in 4 DMAs each way, which lead the in-order
 # DMA queues in turn, so it lands before the next sub-chunk's loads share the bandwidth.
 DMA_TILES = 2
@@ -167,7 +167,7 @@ def _dma(sbuf, hbm, load):
 
 
 def spread_gates(gates, b0, bc, consts):
-    """spread[c, g, bi, h] = gates[c, g, b0 + bi] * (c == h): [nv, 2, bc, nv], for broadcast_gates."""
+    """spread[c, g, bi, h] = gates[c, g, b0 + bi] * (c == h): [nv, 2, bc, nv] (broadcast_gates)."""
     nv = gates.shape[0]
     spread = nl.ndarray((nv, 2, bc, nv), nl.float32, name="gate_spread")
     nisa.tensor_tensor(spread, gates[:, :, b0:b0 + bc].expand_dim(3).broadcast(3, nv),
@@ -280,7 +280,7 @@ def outer_operands(qk, delta, s0, consts):
 
 def decay_diagonals(decay, s0, mc, fold, consts):
     """diag[:, tl, :] = the diagonal matrix of the decays of state tile s0 // R + tl (decay from
-    fold_decay): one ScalarE copy of the identity scaled per partition each, [R * Pd, tiles, R * Pd]."""
+    fold_decay): per tile a ScalarE copy of the identity scaled per partition. [RP, tiles, RP]."""
     _, R = fold
     RP = decay.shape[0]
     tiles = -(-mc // R)

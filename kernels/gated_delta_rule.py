@@ -74,35 +74,34 @@ def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurren
     gates = _gates(a, b, A_log, dt_bias)                  # exp(g), beta: [nv, 2, B]
     steps = stream_steps(B, nv, fold)
     ring = state_ring(dk, dv, steps, fold)
-    for i in range(STATE_BUFFERS - 1):
+    for i in range(STATE_BUFFERS - 1):                   # the loads run ahead of compute
         move_state(ring, recurrent_state, steps, i, fold, load=True)
-    chunk = _prepare_chunk(None, 0, q, k, v, gates, o.dtype, consts, fold, 0, steps[0][1])
-    chunk = _finish_chunk(chunk, 1, q, k, v, gates, o.dtype, consts, fold)
+    ins = (q, k, v, gates, o.dtype, consts, fold)         # what a chunk's preparation reads
+    chunk = _prepare_chunk({"b0": 0, "bc": steps[0][1]}, 0, CHUNK_PHASES, ins)
     kvsq = state_products(ring, chunk["x"], steps, 0, fold)          # S^T [k, q]
-    nxt, done = chunk, CHUNK_PHASES                       # the next chunk, and its phases issued
+    nxt, done = chunk, CHUNK_PHASES                       # the next chunk, its phases issued
     for i in range(len(steps)):
         b0, bc, s0, mc = steps[i]
         move_state(ring, recurrent_state, steps, i + STATE_BUFFERS - 1, fold, load=True)
         diag = decay_diagonals(chunk["decay"], s0, mc, fold, consts)
         if s0 == 0 and b0 + bc < B:
-            nxt = _prepare_chunk(None, 0, q, k, v, gates, o.dtype, consts, fold, b0 + bc,
-                                 min(bc, B - b0 - bc))
+            nxt = _prepare_chunk({"b0": b0 + bc, "bc": min(bc, B - b0 - bc)}, 0, 1, ins)
             done = 1
-        delta = _delta_and_output(chunk, kvsq, s0, mc)    # delta = beta (v - exp(g) S^T k), o
+        delta = _delta_and_output(chunk, kvsq, s0, mc)    # delta = beta (v - exp(g) S^T k); o
         lhs, rhs = outer_operands(chunk["qk"], delta, s0, consts)
         if i + 1 < len(steps):
             upcoming = chunk
-            if steps[i + 1][0] != b0:
-                nxt = _finish_chunk(nxt, done, q, k, v, gates, o.dtype, consts, fold)
+            if steps[i + 1][0] != b0:                     # sub-chunk i + 1 starts the next chunk
+                nxt = _prepare_chunk(nxt, done, CHUNK_PHASES, ins)
                 done = CHUNK_PHASES
                 upcoming = nxt
             kvsq = state_products(ring, upcoming["x"], steps, i + 1, fold)
         if done < CHUNK_PHASES:
-            nxt = _prepare_chunk(nxt, done, q, k, v, gates, o.dtype, consts, fold, 0, 0)
+            nxt = _prepare_chunk(nxt, done, done + 1, ins)
             done = done + 1
         rank1_update(ring, i, lhs, rhs, diag, fold)       # S = exp(g) S + k delta^T
         move_state(ring, new_state, steps, i, fold, load=False)
-        if s0 + mc == bc * nv:
+        if s0 + mc == bc * nv:                            # the chunk's last sub-chunk
             nisa.tensor_copy(o[:, :, b0:b0 + bc].permute((0, 2, 1)),
                              chunk["o"].reshape_dim(1, (bc, nv)))
             chunk = nxt
@@ -147,41 +146,36 @@ def _gates(a, b, A_log, dt_bias):
     return gates
 
 
-def _prepare_chunk(c, phase, q, k, v, gates, o_dtype, consts, fold, b0, bc):
-    """Phase `phase` of what every pair of a chunk needs before its state streams; returns the
-    chunk's dict (phase 0 makes it from b0, bc; later phases take it as c).
+def _prepare_chunk(c, first, last, ins):
+    """Phases first .. last - 1 of what every pair of chunk c (batch rows c["b0"] ..
+    c["b0"] + c["bc"] - 1, n = bc * nv pairs) needs before its state streams; returns c.
 
-    Each phase begins with instructions that read what other engines made in the phase before,
-    so with the caller's work in between no in-order engine queue stalls on the chain.
-    The dict: v, o [dv, n] the chunk's v and output; gbc [P, 2, >= n] exp(g), beta per pair on
-    every partition; qk [dk, n, 2] l2norm(k), l2norm(q) dk**-0.5; decay [R * Pd, tiles] folded;
-    kq PSUM [dv, n] k . q; x block-diagonal [k, q] (delta_rule_state.block_diagonal_qk).
+    ins = (q, k, v, gates, o dtype, fold constants, fold). Each phase begins with instructions
+    that read what other engines made in the phase before, so with the caller's work in between
+    no in-order engine queue stalls on the chain. Adds to c: v, o [dv, n] the chunk's v and
+    output; gbc [P, 2, >= n] exp(g), beta per pair on every partition; qk [dk, n, 2] l2norm(k),
+    l2norm(q) dk**-0.5; decay [R * Pd, tiles] folded; kq PSUM [dv, n] k . q; x the
+    block-diagonal [k, q].
     """
+    q, k, v, gates, o_dtype, consts, fold = ins
     dv, nv, _ = v.shape
-    if phase == 0:
-        c = {"b0": b0, "bc": bc}
-        c["spread"] = spread_gates(gates, b0, bc, consts)
-        c["squares"] = _square_qk(q, k, b0, bc, nv)
-        c["v"] = nl.ndarray((dv, bc * nv), v.dtype, name="v_pairs")
-        nisa.tensor_copy(c["v"].reshape_dim(1, (bc, nv)), v[:, :, b0:b0 + bc].permute((0, 2, 1)),
-                         engine=nisa.engine.gpsimd)
-        c["o"] = nl.ndarray((dv, bc * nv), o_dtype, name="o_pairs")
-    elif phase == 1:
-        R = fold[1]
-        tiles = -(-c["bc"] * nv // R)
-        c["gbc"] = broadcast_gates(c["spread"], tiles * R, consts)
-        c["qk"] = _normalize_qk(c["squares"], q, k, c["b0"], c["bc"], nv, consts)
-        c["decay"] = fold_decay(c["gbc"], fold, q.shape[0], consts, tiles)
-    else:
-        c["kq"] = _k_dot_q(c["qk"], dv, consts)
-        c["x"] = block_diagonal_qk(c["qk"], fold, consts)
-    return c
-
-
-def _finish_chunk(c, done, q, k, v, gates, o_dtype, consts, fold):
-    """Issue the phases of chunk c from `done` on."""
-    for phase in range(done, CHUNK_PHASES):
-        c = _prepare_chunk(c, phase, q, k, v, gates, o_dtype, consts, fold, 0, 0)
+    b0, bc = c["b0"], c["bc"]
+    for phase in range(first, last):
+        if phase == 0:
+            c["spread"] = spread_gates(gates, b0, bc, consts)
+            c["squares"] = _square_qk(q, k, b0, bc, nv)
+            c["v"] = nl.ndarray((dv, bc * nv), v.dtype, name="v_pairs")
+            nisa.tensor_copy(c["v"].reshape_dim(1, (bc, nv)),
+                             v[:, :, b0:b0 + bc].permute((0, 2, 1)), engine=nisa.engine.gpsimd)
+            c["o"] = nl.ndarray((dv, bc * nv), o_dtype, name="o_pairs")
+        elif phase == 1:
+            tiles = -(-bc * nv // fold[1])
+            c["gbc"] = broadcast_gates(c["spread"], tiles * fold[1], consts)
+            c["qk"] = _normalize_qk(c["squares"], q, k, b0, bc, nv, consts)
+            c["decay"] = fold_decay(c["gbc"], fold, q.shape[0], consts, tiles)
+        else:
+            c["kq"] = _k_dot_q(c["qk"], dv, consts)
+            c["x"] = block_diagonal_qk(c["qk"], fold, consts)
     return c
 
 
@@ -209,7 +203,8 @@ def _normalize_qk(sq, q, k, b0, bc, nv, consts):
     """
     dk = q.shape[0]
     ss = nl.ndarray((dk, bc, nv, 2), nl.float32, buffer=nl.psum, name="qk_sumsq")
-    nisa.nc_matmul(ss, consts["ones"][0:dk, 0:dk], sq, is_stationary_onezero=True)  # on every partition
+    # the sums over dk land on every partition
+    nisa.nc_matmul(ss, consts["ones"][0:dk, 0:dk], sq, is_stationary_onezero=True)
     rstd = nl.ndarray((dk, bc, nv, 2), nl.float32, name="qk_rstd")
     nisa.activation(rstd, op=nl.rsqrt, data=ss, bias=L2NORM_EPS)       # rsqrt(sum + eps)
     qk = nl.ndarray((dk, bc * nv, 2), nl.float32, name="qk")

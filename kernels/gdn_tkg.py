@@ -56,7 +56,8 @@ def gdn_tkg(q, k, v, a, b, z, A_log, dt_bias, norm_weight, recurrent_state):
     dv = v.shape[2]
     expect_shape(z, "z", (B, nv * dv))
     expect_dtype(z, "z", nl.bfloat16)
-    expect(tuple(norm_weight.shape) == (dv,), "norm_weight", f"shape [{dv}] (head_v_dim)", list(norm_weight.shape))
+    expect(tuple(norm_weight.shape) == (dv,), "norm_weight", f"shape [{dv}] (head_v_dim)",
+           list(norm_weight.shape))
     expect_dtype(norm_weight, "norm_weight", nl.float32)
     out = nl.ndarray((B, 1, nv * dv), nl.bfloat16, buffer=nl.shared_hbm, name="out")
     new_state = nl.ndarray((B, nv, dk, dv), nl.float32, buffer=nl.shared_hbm, name="new_state")

@@ -1,4 +1,4 @@
-"""Stage 3 of the GDN decode step: split conv_out into q | k | v heads, expand q, k to the value heads.
+"""Stage 3 of the GDN decode step: split conv_out into q | k | v heads, q and k to the value heads.
 
 GQA here is `repeat_interleave`: value head h reads key head h // G, G = nv / nk ("each key head
 serves G consecutive value heads"), never `tile` (h % nk). On chip that is one view,
@@ -24,7 +24,8 @@ def expand_key_heads(dst, key_tile, h0, G):
         nh: value heads (dst.shape[1]); nkh: key heads of key_tile, the first one h0 // G
 
     Args:
-        dst (nl.ndarray): [d, nh, B] @ SBUF, written: dst[:, i] = key_tile[:, (h0 + i) // G - h0 // G].
+        dst (nl.ndarray): [d, nh, B] @ SBUF, written:
+            dst[:, i] = key_tile[:, (h0 + i) // G - h0 // G].
         key_tile (nl.ndarray): [d, nkh, B] @ SBUF, same dtype.
         h0 (int): the first value head, any (a group may be cut at either end).
         G (int): value heads per key head.
@@ -53,7 +54,8 @@ def expand_key_heads(dst, key_tile, h0, G):
     whole = (nh - head) // G
     j = 0
     if head:
-        nisa.tensor_copy(dst[:, 0:head].expand_dim(1), value_heads_view(key_tile[:, 0:1], G)[:, :, g0:g0 + head])
+        nisa.tensor_copy(dst[:, 0:head].expand_dim(1),
+                         value_heads_view(key_tile[:, 0:1], G)[:, :, g0:g0 + head])
         j = 1
     if whole:
         nisa.tensor_copy(dst[:, head:head + whole * G].reshape_dim(1, (whole, G)),
@@ -97,7 +99,8 @@ def gqa_repeat(dst, src):
     expect(nv % nk == 0, "dst",
            f"value heads dst.shape[1] a multiple of key heads src.shape[1] = {nk}", nv)
     expect(dst.shape[0] == src.shape[0] and dst.shape[2] == src.shape[2], "dst",
-           f"shape [{src.shape[0]}, nv, {src.shape[2]}] (as src but for axis 1)", f"{list(dst.shape)}")
+           f"shape [{src.shape[0]}, nv, {src.shape[2]}] (as src but for axis 1)",
+           f"{list(dst.shape)}")
     expect(dst.dtype == src.dtype, "dst", f"dtype {src.dtype} (as src)", dst.dtype)
     G = nv // nk
     if nl.is_hbm(dst.buffer) or nl.is_hbm(src.buffer):
@@ -110,7 +113,7 @@ def gqa_repeat(dst, src):
 
 @nki.jit
 def gqa_repeat_kernel(conv_out, num_k_heads, head_k_dim, head_v_dim):
-    """Stage 3 standalone, HBM to HBM: q, k, v heads from conv_out, q and k repeated to the value heads.
+    """Stage 3 standalone, HBM to HBM: q, k, v heads from conv_out, q and k repeated to nv heads.
 
     Dimensions:
         B: batch; nk = num_k_heads; dk = head_k_dim; dv = head_v_dim;
@@ -140,14 +143,15 @@ def gqa_repeat_kernel(conv_out, num_k_heads, head_k_dim, head_v_dim):
 
     Pseudocode:
         key_dim = nk * dk
-        q = conv_out[:, :key_dim].reshape(B, nk, dk).repeat(G, axis=1)            # repeat_interleave
+        q = conv_out[:, :key_dim].reshape(B, nk, dk).repeat(G, axis=1)       # repeat_interleave
         k = conv_out[:, key_dim:2 * key_dim].reshape(B, nk, dk).repeat(G, axis=1)
         v = conv_out[:, 2 * key_dim:].reshape(B, nv, dv)
     """
     expect_rank(conv_out, "conv_out", 2)
     expect_dtype(conv_out, "conv_out", nl.bfloat16)
     pmax = nl.tile_size.pmax
-    for arg, value in (("num_k_heads", num_k_heads), ("head_k_dim", head_k_dim), ("head_v_dim", head_v_dim)):
+    for arg, value in (("num_k_heads", num_k_heads), ("head_k_dim", head_k_dim),
+                       ("head_v_dim", head_v_dim)):
         expect(isinstance(value, int) and not isinstance(value, bool) and value >= 1, arg,
                "a positive Python int (compile-time constant)", repr(value))
     expect(head_k_dim <= pmax, "head_k_dim", f"<= {pmax} (one head per partition tile)", head_k_dim)
@@ -161,7 +165,8 @@ def gqa_repeat_kernel(conv_out, num_k_heads, head_k_dim, head_v_dim):
            f"conv_dim = {conv_dim}")
     nv = value_dim // dv
     expect(nv % nk == 0, "conv_out",
-           f"num_v_heads nv = (conv_dim - 2*nk*dk) / dv a multiple of num_k_heads = {nk}", f"nv = {nv}")
+           f"num_v_heads nv = (conv_dim - 2*nk*dk) / dv a multiple of num_k_heads = {nk}",
+           f"nv = {nv}")
 
     q = nl.ndarray((B, nv, dk), nl.bfloat16, buffer=nl.shared_hbm, name="q")
     k = nl.ndarray((B, nv, dk), nl.bfloat16, buffer=nl.shared_hbm, name="k")
