@@ -122,10 +122,9 @@ def state_ring(dk, dv, steps, fold):
 def move_state(ring, hbm, steps, i, fold, load):
     """Load (load=True) or store the state of sub-chunk i between HBM [B, nv, dk, dv] and its ring
     slot, i % slots; nothing if there is no sub-chunk i."""
-    if i >= len(steps):
-        return
-    b0, _, s0, mc = steps[i]
-    _move_pairs(ring[:, i % ring.shape[1]], hbm, b0 * hbm.shape[1] + s0, mc, fold, load)
+    if i < len(steps):
+        b0, _, s0, mc = steps[i]
+        _move_pairs(ring[:, i % ring.shape[1]], hbm, b0 * hbm.shape[1] + s0, mc, fold, load)
 
 
 def _move_pairs(S, hbm, p0, mc, fold, load):
@@ -138,7 +137,18 @@ def _move_pairs(S, hbm, p0, mc, fold, load):
     F, R = fold
     B, nv, dk, dv = hbm.shape
     Pd = dk // F
-    if not hbm.is_contiguous():
+    if hbm.is_contiguous():
+        flat = hbm.reshape((B * nv, dk, dv))
+        full = mc // R                                       # tiles holding R pairs
+        for t0 in range(0, full, DMA_TILES):
+            t1 = min(full, t0 + DMA_TILES)
+            view = flat[p0 + t0 * R:p0 + t1 * R].reshape((t1 - t0, R * Pd, F * dv))
+            _dma(S[:, t0:t1, :], view.permute((1, 0, 2)), load)
+        if mc > full * R:                                    # a partial last tile
+            rt = mc - full * R
+            _dma(S[0:rt * Pd, full, :], flat[p0 + full * R:p0 + mc].reshape((rt * Pd, F * dv)),
+                 load)
+    else:
         for t in range(-(-mc // R)):
             p_end = p0 + min(mc, (t + 1) * R)
             for p in range(p0 + t * R, p_end):
@@ -147,16 +157,6 @@ def _move_pairs(S, hbm, p0, mc, fold, load):
                     r = p - p0 - t * R
                     _dma(S[r * Pd:(r + n) * Pd, t, :],
                          hbm[p // nv, p % nv:p % nv + n].reshape((n * Pd, F * dv)), load)
-        return
-    flat = hbm.reshape((B * nv, dk, dv))
-    full = mc // R                                           # tiles holding R pairs
-    for t0 in range(0, full, DMA_TILES):
-        t1 = min(full, t0 + DMA_TILES)
-        view = flat[p0 + t0 * R:p0 + t1 * R].reshape((t1 - t0, R * Pd, F * dv)).permute((1, 0, 2))
-        _dma(S[:, t0:t1, :], view, load)
-    if mc > full * R:                                        # a partial last tile
-        rt = mc - full * R
-        _dma(S[0:rt * Pd, full, :], flat[p0 + full * R:p0 + mc].reshape((rt * Pd, F * dv)), load)
 
 
 def _dma(sbuf, hbm, load):
