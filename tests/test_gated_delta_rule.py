@@ -56,7 +56,8 @@ def key_heads_kernel(q, k, v, a, b, A_log, dt_bias, recurrent_state):
     ([B, nk, dk]): the building block's GQA path, as the fused kernel uses it."""
     B, nv, dv = v.shape
     o = nl.ndarray((B, nv, dv), nl.bfloat16, buffer=nl.shared_hbm, name="o")
-    new_state = nl.ndarray((B, nv, q.shape[2], dv), nl.float32, buffer=nl.shared_hbm, name="new_state")
+    new_state = nl.ndarray((B, nv, q.shape[2], dv), nl.float32, buffer=nl.shared_hbm,
+                           name="new_state")
     o_sb = gated_delta_rule_hbm(new_state, q, k, v, a, b, A_log, dt_bias, recurrent_state)
     store_rows(o.reshape((B * nv, dv)), o_sb.reshape((dv, B * nv)))
     return o, new_state
@@ -150,7 +151,7 @@ def test_state_fold(dk, dv, fold):
     assert state_fold(dk, dv) == fold
 
 
-# --- edge cases (gdn-math.md §4) --------------------------------------------------------------
+# --- edge cases -----------------------------------------------------------------------------------
 
 def test_fresh_sequence_zero_state():
     shape = SHARD_SHAPES[2]  # Qwen3-Next-80B TP4, B=8

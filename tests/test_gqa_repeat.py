@@ -1,10 +1,10 @@
 """Stage 3, GQA repeat: kernels/gqa_repeat.py against kernels.reference.gqa_repeat_ref.
 
 The stage only moves bf16 values, so q, k, v must be bit-exact copies. Shapes: the tiny shapes and
-the real per-device shards (G = 1, 2, 3, 4) at B = 1, 3, 8. Edge case (reference/gdn-math.md §4.3):
-distinct per-head values that tell repeat_interleave (value head h <- key head h // G) from tile
-(h <- h % nk). Also: the on-chip form of the building block, the DMA count, inputs never written,
-and one test per validation.
+the real per-device shards (G = 1, 2, 3, 4) at B = 1, 3, 8. Edge case: distinct per-head values
+that tell repeat_interleave (value head h <- key head h // G) from tile (h <- h % nk). Also: the
+value-head view and expand_key_heads on chip (any head range), the on-chip form of the building
+block, the DMA count, inputs never written, and one test per validation.
 """
 import ml_dtypes
 import numpy as np
@@ -117,8 +117,8 @@ def _expand_kernel(key_heads, h0, nh, G):
     return out
 
 
-@pytest.mark.parametrize("h0, nh, G", [(0, 8, 2), (4, 4, 2), (0, 6, 3), (3, 3, 3), (1, 1, 3), (1, 2, 3),
-                                       (2, 5, 3), (1, 9, 4), (5, 3, 1), (3, 7, 2)])
+@pytest.mark.parametrize("h0, nh, G", [(0, 8, 2), (4, 4, 2), (0, 6, 3), (3, 3, 3), (1, 1, 3),
+                                       (1, 2, 3), (2, 5, 3), (1, 9, 4), (5, 3, 1), (3, 7, 2)])
 def test_expand_key_heads(h0, nh, G):
     """Any range of value heads, whole groups or cut at either end: dst[:, i] is key head
     (h0 + i) // G - h0 // G of the tile, which starts at key head h0 // G. At most three copies."""
@@ -134,7 +134,8 @@ def test_expand_key_heads(h0, nh, G):
 
 
 def test_expand_key_heads_rejects_too_few_key_heads():
-    with pytest.raises(ValueError, match=r"key_tile: expected the key heads 0 .. 2 of value heads 1 .. 5"):
+    message = r"key_tile: expected the key heads 0 .. 2 of value heads 1 .. 5, got 2 heads"
+    with pytest.raises(ValueError, match=message):
         nki.simulate(_expand_kernel)(np.zeros((3, 2, 2), BF16), 1, 5, 2)
 
 
