@@ -9,14 +9,14 @@ import nki.language as nl
 import nki.isa as nisa
 
 from .checks import expect, expect_dtype, expect_rank, expect_shape
-from .delta_rule_state import (STATE_BUFFERS, block_diagonal_qk, broadcast_gates, decay_diagonals,
-                               fold_constants, fold_decay, move_state, outer_operands, rank1_update,
-                               spread_gates, state_fold, state_products, state_ring, stream_steps)
+from .delta_rule_state import (PMAX, STATE_BUFFERS, block_diagonal_qk, broadcast_gates,
+                               decay_diagonals, fold_constants, fold_decay, move_state,
+                               outer_operands, rank1_update, spread_gates, state_fold,
+                               state_products, state_ring, stream_steps)
 from .gqa_repeat import value_heads_view
 from .layout import load_channel_major, store_rows
 
 L2NORM_EPS = 1e-6     # l2norm(x) = x * rsqrt(sum(x^2) + eps): eps inside the sqrt, on the sum
-PMAX = nl.tile_size.pmax
 CHUNK_PHASES = 3      # _prepare_chunk's phases, issued under the previous chunk's sub-chunks
 
 
