@@ -1,14 +1,14 @@
 """Composition step 1, `gdn_tkg`: stages 4 and 5 in one kernel, the delta-rule output kept on chip.
 
-The gates, l2norm, the recurrence (gated_delta_rule_block) and RMSNormGated (rmsnorm_gated_tile,
-through rmsnorm_gated_to_hbm) run back to back on the same channel-major tiles: o never goes to HBM
+Stage 4's body from HBM (gated_delta_rule_hbm) and RMSNormGated (rmsnorm_gated_tile, through
+rmsnorm_gated_to_hbm) run back to back on the same channel-major tiles: o never goes to HBM
 and back, and one launch replaces two.
 """
 import nki
 import nki.language as nl
 
 from .checks import expect, expect_dtype, expect_shape
-from .gated_delta_rule import check_delta_rule_inputs, gated_delta_rule_block, load_delta_rule_inputs
+from .gated_delta_rule import check_delta_rule_inputs, gated_delta_rule_hbm
 from .rmsnorm_gated import rmsnorm_gated_to_hbm
 
 
@@ -17,10 +17,7 @@ def gdn_tkg_hbm(out, new_state, q, k, v, a, b, z, A_log, dt_bias, norm_weight, r
 
     Args as `gdn_tkg`; out [B, 1, nv * dv] and new_state [B, nv, dk, dv] @ HBM are written.
     """
-    B, nv, dv = v.shape
-    tiles = load_delta_rule_inputs(q, k, v, a, b, A_log, dt_bias)
-    o = nl.ndarray((dv, B, nv), nl.bfloat16, name="o")
-    gated_delta_rule_block(o.permute((0, 2, 1)), new_state, *tiles, recurrent_state)
+    o = gated_delta_rule_hbm(new_state, q, k, v, a, b, A_log, dt_bias, recurrent_state)
     rmsnorm_gated_to_hbm(out, o, z, norm_weight)
 
 
@@ -59,7 +56,8 @@ def gdn_tkg(q, k, v, a, b, z, A_log, dt_bias, norm_weight, recurrent_state):
     dv = v.shape[2]
     expect_shape(z, "z", (B, nv * dv))
     expect_dtype(z, "z", nl.bfloat16)
-    expect(tuple(norm_weight.shape) == (dv,), "norm_weight", f"shape [{dv}] (head_v_dim)", list(norm_weight.shape))
+    expect(tuple(norm_weight.shape) == (dv,), "norm_weight", f"shape [{dv}] (head_v_dim)",
+           list(norm_weight.shape))
     expect_dtype(norm_weight, "norm_weight", nl.float32)
     out = nl.ndarray((B, 1, nv * dv), nl.bfloat16, buffer=nl.shared_hbm, name="out")
     new_state = nl.ndarray((B, nv, dk, dv), nl.float32, buffer=nl.shared_hbm, name="new_state")

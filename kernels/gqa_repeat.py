@@ -1,10 +1,8 @@
-"""Stage 3 of the GDN decode step: split conv_out into q | k | v heads, expand q, k to the value heads.
+"""Stage 3 of the GDN decode step: split conv_out into q | k | v heads, q and k to the value heads.
 
 GQA here is `repeat_interleave`: value head h reads key head h // G, G = nv / nk ("each key head
-serves G consecutive value heads"), never `tile` (h % nk). On chip this is pure index mapping: in
-the channel-major layout q, k are [dk, nk, B] tiles, and the fused kernel's delta rule reads key
-head `key_head_of(h, ...)` for value head h, so it moves no data at all. A materialised copy is
-only needed where a consumer wants [.., nv, ..] tensors, as the standalone kernel's HBM outputs.
+serves G consecutive value heads"), never `tile` (h % nk). On chip that is one view,
+`value_heads_view`: the delta rule reads it directly, and the copies below are made from it.
 """
 import nki
 import nki.language as nl
@@ -13,13 +11,59 @@ import nki.isa as nisa
 from .checks import expect, expect_dtype, expect_rank
 
 
-def key_head_of(value_head, num_k_heads, num_v_heads):
-    """The key (and query) head that value head `value_head` reads: value_head // G, G = nv / nk.
+def value_heads_view(key_tile, G):
+    """The value heads of a channel-major key-head tile: [d, nk, B] -> [d, nk, G, B], value head
+    h = j * G + g reading key head j = h // G. A stride-0 view: nothing moves."""
+    return key_tile.expand_dim(2).broadcast(2, G)
 
-    What the fused kernel uses instead of any copy: with q, k held as [dk, nk, B] tiles, value head
-    h takes `q_tile[:, key_head_of(h, nk, nv), :]`. A compile-time Python int.
+
+def expand_key_heads(dst, key_tile, h0, G):
+    """Copy the key heads that value heads h0 .. h0 + nh - 1 read into one tile per value head.
+
+    Dimensions:
+        nh: value heads (dst.shape[1]); nkh: key heads of key_tile, the first one h0 // G
+
+    Args:
+        dst (nl.ndarray): [d, nh, B] @ SBUF, written:
+            dst[:, i] = key_tile[:, (h0 + i) // G - h0 // G].
+        key_tile (nl.ndarray): [d, nkh, B] @ SBUF, same dtype.
+        h0 (int): the first value head, any (a group may be cut at either end).
+        G (int): value heads per key head.
+
+    Returns:
+        None; `dst` holds the result.
+
+    Notes:
+        - At most three VectorE copies from value_heads_view (a cut group at each end, the whole
+          groups between); one when h0 and nh are multiples of G.
+
+    Pseudocode:
+        for i in range(nh):
+            dst[:, i] = key_tile[:, (h0 + i) // G - h0 // G]
     """
-    return value_head // (num_v_heads // num_k_heads)
+    d, nh, B = dst.shape
+    nkh = key_tile.shape[1]
+    expect(key_tile.shape[0] == d and key_tile.shape[2] == B, "key_tile",
+           f"shape [{d}, nkh, {B}] (as dst but for axis 1)", list(key_tile.shape))
+    expect((h0 + nh - 1) // G - h0 // G < nkh, "key_tile",
+           f"the key heads {h0 // G} .. {(h0 + nh - 1) // G} of value heads {h0} .. {h0 + nh - 1}",
+           f"{nkh} heads")
+    expect(dst.dtype == key_tile.dtype, "dst", f"dtype {key_tile.dtype} (as key_tile)", dst.dtype)
+    g0 = h0 % G                               # dst[:, 0] is position g0 of key head 0's group
+    head = min(nh, (G - g0) % G)              # value heads of a group cut at the start
+    whole = (nh - head) // G
+    j = 0
+    if head:
+        nisa.tensor_copy(dst[:, 0:head].expand_dim(1),
+                         value_heads_view(key_tile[:, 0:1], G)[:, :, g0:g0 + head])
+        j = 1
+    if whole:
+        nisa.tensor_copy(dst[:, head:head + whole * G].reshape_dim(1, (whole, G)),
+                         value_heads_view(key_tile[:, j:j + whole], G))
+    tail = nh - head - whole * G              # value heads of a group cut at the end
+    if tail:
+        nisa.tensor_copy(dst[:, nh - tail:nh].expand_dim(1),
+                         value_heads_view(key_tile[:, j + whole:j + whole + 1], G)[:, :, 0:tail])
 
 
 def gqa_repeat(dst, src):
@@ -39,15 +83,10 @@ def gqa_repeat(dst, src):
         None; `dst` holds the result.
 
     Notes:
-        - HBM (either side): G DMAs, one per position g inside a group; DMA g copies all nk key
-          heads into the strided destination view dst[:, g::G] (heads g, g+G, ...). Each moves
-          B*nk runs of d contiguous elements. One DMA with a stride-0 source dim would replicate
-          the heads in a single transfer, but stride-0 DMA source patterns are not documented
-          (only engine operands are), so the kernel does not rely on them.
-        - On chip (both in SBUF): one tensor_copy (VectorE) from a stride-0 broadcast view
-          src[:, :, None, :] -> [d, nk, G, B] into dst viewed as [d, nk, G, B]; stride-0 engine
-          operands are documented. The fused kernel does not call this: it indexes key heads.
-        - G = 1 is a plain copy.
+        - HBM (either side): G DMAs; DMA g writes position g of every group of dst viewed as
+          [B, nk, G, d] (value heads g, g+G, ...), from all nk key heads. Stride-0 DMA sources
+          are not documented (engine operands are), so no single DMA reads value_heads_view.
+        - On chip: one VectorE copy from value_heads_view (expand_key_heads).
 
     Pseudocode:
         G = dst.shape[1] // src.shape[1]
@@ -57,22 +96,24 @@ def gqa_repeat(dst, src):
     expect_rank(dst, "dst", 3)
     expect_rank(src, "src", 3)
     nk, nv = src.shape[1], dst.shape[1]
-    expect(nv % nk == 0, "dst", f"value heads dst.shape[1] a multiple of key heads src.shape[1] = {nk}", nv)
+    expect(nv % nk == 0, "dst",
+           f"value heads dst.shape[1] a multiple of key heads src.shape[1] = {nk}", nv)
     expect(dst.shape[0] == src.shape[0] and dst.shape[2] == src.shape[2], "dst",
-           f"shape [{src.shape[0]}, nv, {src.shape[2]}] (as src but for axis 1)", f"{list(dst.shape)}")
+           f"shape [{src.shape[0]}, nv, {src.shape[2]}] (as src but for axis 1)",
+           f"{list(dst.shape)}")
     expect(dst.dtype == src.dtype, "dst", f"dtype {src.dtype} (as src)", dst.dtype)
     G = nv // nk
     if nl.is_hbm(dst.buffer) or nl.is_hbm(src.buffer):
+        groups = dst.reshape_dim(1, (nk, G))           # [B, nk, G, d]: value head j * G + g
         for g in range(G):
-            nisa.dma_copy(dst[:, g::G, :], src)           # value heads g, g+G, ... <- key heads 0, 1, ...
+            nisa.dma_copy(groups[:, :, g, :], src)
     else:
-        nisa.tensor_copy(dst.reshape_dim(1, (nk, G)),      # [d, nk, G, B]: head j*G + g
-                         src.expand_dim(2).broadcast(2, G))
+        expand_key_heads(dst, src, 0, G)
 
 
 @nki.jit
 def gqa_repeat_kernel(conv_out, num_k_heads, head_k_dim, head_v_dim):
-    """Stage 3 standalone, HBM to HBM: q, k, v heads from conv_out, q and k repeated to the value heads.
+    """Stage 3 standalone, HBM to HBM: q, k, v heads from conv_out, q and k repeated to nv heads.
 
     Dimensions:
         B: batch; nk = num_k_heads; dk = head_k_dim; dv = head_v_dim;
@@ -102,14 +143,15 @@ def gqa_repeat_kernel(conv_out, num_k_heads, head_k_dim, head_v_dim):
 
     Pseudocode:
         key_dim = nk * dk
-        q = conv_out[:, :key_dim].reshape(B, nk, dk).repeat(G, axis=1)            # repeat_interleave
+        q = conv_out[:, :key_dim].reshape(B, nk, dk).repeat(G, axis=1)       # repeat_interleave
         k = conv_out[:, key_dim:2 * key_dim].reshape(B, nk, dk).repeat(G, axis=1)
         v = conv_out[:, 2 * key_dim:].reshape(B, nv, dv)
     """
     expect_rank(conv_out, "conv_out", 2)
     expect_dtype(conv_out, "conv_out", nl.bfloat16)
     pmax = nl.tile_size.pmax
-    for arg, value in (("num_k_heads", num_k_heads), ("head_k_dim", head_k_dim), ("head_v_dim", head_v_dim)):
+    for arg, value in (("num_k_heads", num_k_heads), ("head_k_dim", head_k_dim),
+                       ("head_v_dim", head_v_dim)):
         expect(isinstance(value, int) and not isinstance(value, bool) and value >= 1, arg,
                "a positive Python int (compile-time constant)", repr(value))
     expect(head_k_dim <= pmax, "head_k_dim", f"<= {pmax} (one head per partition tile)", head_k_dim)
@@ -123,7 +165,8 @@ def gqa_repeat_kernel(conv_out, num_k_heads, head_k_dim, head_v_dim):
            f"conv_dim = {conv_dim}")
     nv = value_dim // dv
     expect(nv % nk == 0, "conv_out",
-           f"num_v_heads nv = (conv_dim - 2*nk*dk) / dv a multiple of num_k_heads = {nk}", f"nv = {nv}")
+           f"num_v_heads nv = (conv_dim - 2*nk*dk) / dv a multiple of num_k_heads = {nk}",
+           f"nv = {nv}")
 
     q = nl.ndarray((B, nv, dk), nl.bfloat16, buffer=nl.shared_hbm, name="q")
     k = nl.ndarray((B, nv, dk), nl.bfloat16, buffer=nl.shared_hbm, name="k")

@@ -9,8 +9,10 @@ import kernels  # noqa: F401  registers `nki`
 import nki
 import nkicpu
 from kernels.configs import GDNShape, model_shard
-from kernels.gated_delta_rule import (DMA_TILES, STATE_BUFFERS, _gated_delta_rule_hbm, gated_delta_rule_kernel,
-                                      state_fold)
+import nki.language as nl
+from kernels.delta_rule_state import DMA_TILES, STATE_BUFFERS, state_fold
+from kernels.gated_delta_rule import gated_delta_rule_hbm, gated_delta_rule_kernel
+from kernels.layout import store_rows
 from nkicpu.profile import profile_capture
 from kernels.reference import gated_delta_rule_ref, pipeline_inputs, to_numpy, to_torch
 from tests.gdn_testing import (SHARD_SHAPES, TINY_SHAPES, assert_output_close, assert_state_close, f64,
@@ -46,6 +48,19 @@ def random_inputs(shape, seed=0, qkv_std=1.0, state_std=0.1):
 
 def run(x):
     return nki.simulate(gated_delta_rule_kernel)(*(x[n] for n in NAMES))
+
+
+@nki.jit
+def key_heads_kernel(q, k, v, a, b, A_log, dt_bias, recurrent_state):
+    """The stage kernel without its input checks, so q and k may hold the nk key heads
+    ([B, nk, dk]): the building block's GQA path, as the fused kernel uses it."""
+    B, nv, dv = v.shape
+    o = nl.ndarray((B, nv, dv), nl.bfloat16, buffer=nl.shared_hbm, name="o")
+    new_state = nl.ndarray((B, nv, q.shape[2], dv), nl.float32, buffer=nl.shared_hbm,
+                           name="new_state")
+    o_sb = gated_delta_rule_hbm(new_state, q, k, v, a, b, A_log, dt_bias, recurrent_state)
+    store_rows(o.reshape((B * nv, dv)), o_sb.reshape((dv, B * nv)))
+    return o, new_state
 
 
 def reference(x):
@@ -89,8 +104,7 @@ def test_gqa_key_heads(shape):
     G = shape.G
     assert G > 1
     q_k, k_k = x["q"][:, ::G], x["k"][:, ::G]                       # one per key head
-    kernel = nki.jit(_gated_delta_rule_hbm)
-    o, state = nki.simulate(kernel)(q_k, k_k, *(x[n] for n in NAMES[2:]))
+    o, state = nki.simulate(key_heads_kernel)(q_k, k_k, *(x[n] for n in NAMES[2:]))
 
     expanded = dict(x, q=np.repeat(q_k, G, axis=1), k=np.repeat(k_k, G, axis=1))     # interleave
     ref_o, ref_state = reference(expanded)
@@ -137,7 +151,7 @@ def test_state_fold(dk, dv, fold):
     assert state_fold(dk, dv) == fold
 
 
-# --- edge cases (gdn-math.md §4) --------------------------------------------------------------
+# --- edge cases -----------------------------------------------------------------------------------
 
 def test_fresh_sequence_zero_state():
     shape = SHARD_SHAPES[2]  # Qwen3-Next-80B TP4, B=8
@@ -415,4 +429,4 @@ def test_building_block_rejects_heads_not_dividing_nv():
     """The GQA path of the building block: q, k heads must divide the value heads."""
     x = _good()  # nv = 6
     with pytest.raises(ValueError, match=r"q: expected heads q.shape\[1\] dividing the value heads nv = 6, got 4"):
-        nki.simulate(nki.jit(_gated_delta_rule_hbm))(x["q"][:, :4], x["k"][:, :4], *(x[n] for n in NAMES[2:]))
+        nki.simulate(key_heads_kernel)(x["q"][:, :4], x["k"][:, :4], *(x[n] for n in NAMES[2:]))

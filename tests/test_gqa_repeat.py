@@ -1,10 +1,10 @@
 """Stage 3, GQA repeat: kernels/gqa_repeat.py against kernels.reference.gqa_repeat_ref.
 
 The stage only moves bf16 values, so q, k, v must be bit-exact copies. Shapes: the tiny shapes and
-the real per-device shards (G = 1, 2, 3, 4) at B = 1, 3, 8. Edge case (reference/gdn-math.md §4.3):
-distinct per-head values that tell repeat_interleave (value head h <- key head h // G) from tile
-(h <- h % nk). Also: the on-chip form of the building block, the DMA count, inputs never written,
-and one test per validation.
+the real per-device shards (G = 1, 2, 3, 4) at B = 1, 3, 8. Edge case: distinct per-head values
+that tell repeat_interleave (value head h <- key head h // G) from tile (h <- h % nk). Also: the
+value-head view and expand_key_heads on chip (any head range), the on-chip form of the building
+block, the DMA count, inputs never written, and one test per validation.
 """
 import ml_dtypes
 import numpy as np
@@ -16,7 +16,7 @@ import nki.isa as nisa
 import nki.language as nl
 import nkicpu
 from kernels.configs import GDNShape
-from kernels.gqa_repeat import gqa_repeat, gqa_repeat_kernel, key_head_of
+from kernels.gqa_repeat import expand_key_heads, gqa_repeat, gqa_repeat_kernel, value_heads_view
 from kernels.reference import gqa_repeat_ref, to_numpy, to_torch
 from tests.gdn_testing import SHARD_SHAPES, TINY_SHAPES, assert_bit_exact, run_unmodified, shapes_param
 
@@ -80,12 +80,63 @@ def test_repeat_interleave_not_tile(shape):
         assert_bit_exact(got, want, name)
 
 
+@nki.jit
+def _view_kernel(key_heads, G):
+    """key_heads [d, nk, B] (HBM) through value_heads_view, copied out as [d, nk * G, B]."""
+    d, nk, B = key_heads.shape
+    out = nl.ndarray((d, nk * G, B), key_heads.dtype, buffer=nl.shared_hbm)
+    src = nl.ndarray((d, nk, B), key_heads.dtype)
+    nisa.dma_copy(src, key_heads)
+    dst = nl.ndarray((d, nk, G, B), key_heads.dtype)
+    nisa.tensor_copy(dst, value_heads_view(src, G))
+    nisa.dma_copy(out, dst.reshape((d, nk * G, B)))
+    return out
+
+
 @pytest.mark.parametrize("nk, nv", [(1, 1), (4, 8), (2, 6), (1, 4), (16, 16), (3, 12)])
-def test_key_head_of(nk, nv):
-    """The index map the fused kernel uses matches torch.repeat_interleave."""
+def test_value_heads_view_is_repeat_interleave(nk, nv):
+    """The one GQA mechanism (the delta rule reads it, the copies are made from it): value head h
+    of the view is key head h // G, as torch.repeat_interleave orders them."""
     import torch
-    heads = torch.arange(nk).repeat_interleave(nv // nk).tolist()
-    assert [key_head_of(h, nk, nv) for h in range(nv)] == heads
+    x = np.arange(4 * nk * 2, dtype=np.float32).reshape(4, nk, 2)
+    got = nki.simulate(_view_kernel)(x, nv // nk)
+    want = torch.from_numpy(x).repeat_interleave(nv // nk, dim=1).numpy()
+    np.testing.assert_array_equal(got, want)
+
+
+@nki.jit
+def _expand_kernel(key_heads, h0, nh, G):
+    """expand_key_heads of value heads h0 .. h0 + nh - 1 from key_heads [d, nkh, B] (HBM)."""
+    d, nkh, B = key_heads.shape
+    out = nl.ndarray((d, nh, B), key_heads.dtype, buffer=nl.shared_hbm)
+    src = nl.ndarray((d, nkh, B), key_heads.dtype)
+    nisa.dma_copy(src, key_heads)
+    dst = nl.ndarray((d, nh, B), key_heads.dtype)
+    expand_key_heads(dst, src, h0, G)
+    nisa.dma_copy(out, dst)
+    return out
+
+
+@pytest.mark.parametrize("h0, nh, G", [(0, 8, 2), (4, 4, 2), (0, 6, 3), (3, 3, 3), (1, 1, 3),
+                                       (1, 2, 3), (2, 5, 3), (1, 9, 4), (5, 3, 1), (3, 7, 2)])
+def test_expand_key_heads(h0, nh, G):
+    """Any range of value heads, whole groups or cut at either end: dst[:, i] is key head
+    (h0 + i) // G - h0 // G of the tile, which starts at key head h0 // G. At most three copies."""
+    nkh = (h0 + nh - 1) // G - h0 // G + 1
+    x = (np.arange(3 * nkh * 2, dtype=np.float32).reshape(3, nkh, 2) + 1).astype(BF16)
+    c = nkicpu.capture(_expand_kernel)(x, h0, nh, G)
+    want = x[:, [(h0 + i) // G - h0 // G for i in range(nh)], :]
+    assert_bit_exact(c.outputs, want, "dst")
+    copies = [i for i in c.instructions if i.opcode == "tensor_copy"]
+    assert len(copies) <= 3
+    if h0 % G == 0 and nh % G == 0:
+        assert len(copies) == 1
+
+
+def test_expand_key_heads_rejects_too_few_key_heads():
+    message = r"key_tile: expected the key heads 0 .. 2 of value heads 1 .. 5, got 2 heads"
+    with pytest.raises(ValueError, match=message):
+        nki.simulate(_expand_kernel)(np.zeros((3, 2, 2), BF16), 1, 5, 2)
 
 
 @shapes_param([TINY_SHAPES[1], SHARD_SHAPES[1], SHARD_SHAPES[4], SHARD_SHAPES[7], SHARD_SHAPES[10]])
