@@ -162,7 +162,7 @@ def conv1d_decode_kernel(mixed_qkv, conv_weight, conv_state):
             [conv_state[..., 1:], mixed_qkv]: bit-exact copies, column 0 of the input dropped.
 
     Notes:
-        - Rejects (ValueError naming the argument): wrong ranks; conv_weight rows or conv_state
+        - Rejects (an assertion naming the argument): wrong ranks; conv_weight rows or conv_state
           dims that disagree with mixed_qkv's conv_dim and B; K outside 2..4 (the widths
           causal-conv1d's `causal_conv1d_update` and vLLM's Triton kernel support; all Qwen3-Next
           and Qwen3.5 models use 4) or different in conv_weight and conv_state; dtypes other than

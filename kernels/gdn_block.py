@@ -64,7 +64,7 @@ def gdn_block_tkg(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_st
 
     Notes:
         - All dims come from the shapes (gdn_block_checks.block_dims, which rejects bad input with
-          a ValueError naming the argument). Inputs are never written.
+          an assertion naming the argument). Inputs are never written.
         - in_proj writes q | k as 2 * nk tiles of dk channels, v and z as nv tiles of dv channels,
           a and b as [nv, B]: the layouts the conv and the per-head stages read, no reshuffle.
         - The delta rule takes q, k with the nk key heads; value head h reads key head h // G

@@ -327,7 +327,7 @@ def in_proj_kernel(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b):
         fp32 accumulation, one rounding to bf16 (as nn.Linear in bf16).
 
     Notes:
-        - Rejected at trace time (ValueError naming the argument): wrong ranks, hidden not
+        - Rejected at trace time (an assertion naming the argument): wrong ranks, hidden not
           [B, 1, H], H not a multiple of 128, B > 512, a weight whose rows are not H, W_in_b not the
           shape of W_in_a, any dtype other than bf16.
         - hidden is loaded once (load_hidden_T) and feeds all four projections; each weight

@@ -196,7 +196,7 @@ def _check(tile, tile_arg, hbm, hbm_arg):
            f"[P, T] then {hbm_arg}'s rows and inner dim {[R, K]}", list(tile.shape))
     expect(T * P == C, tile_arg, f"T * P = {C} channels, as the rows of {hbm_arg} hold",
            f"T = {T} tiles of P = {P}")
-    expect_dtype(tile if tile_arg == "src" else hbm, "src", nl.bfloat16, nl.float32)   # transposable
+    expect_dtype(tile if tile_arg == "src" else hbm, "src", (nl.bfloat16, nl.float32))   # transposable
 
 
 def _squeezed(t):

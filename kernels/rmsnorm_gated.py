@@ -59,7 +59,7 @@ def rmsnorm_gated_tile(out, o, z, w):
     expect_shape(out, "out", (dv, nv, B))
     expect_shape(z, "z", (dv, nv, B))
     expect_shape(w, "w", (dv, 1))
-    expect_dtype(o, "o", nl.bfloat16, nl.float32)
+    expect_dtype(o, "o", (nl.bfloat16, nl.float32))
     expect_dtype(w, "w", nl.float32)
 
     if o.dtype == nl.float32:
@@ -121,7 +121,7 @@ def rmsnorm_gated_kernel(o, z, norm_weight):
         out (nl.ndarray): [B, 1, value_dim] @ shared HBM, bf16; out[b, 0, h*dv + j].
 
     Notes:
-        - Rejects (ValueError naming the argument): wrong ranks, dv > 128, z.shape[0] != B,
+        - Rejects (an assertion naming the argument): wrong ranks, dv > 128, z.shape[0] != B,
           z.shape[1] != nv * dv, norm_weight not [dv], dtypes other than the above.
         - In HBM, o, z and out are all [(b, h) rows, dv] row-major. They move as contiguous rows
           (dv * 2 bytes per partition), up to 128 rows per DMA, and TensorE transposes each block
@@ -145,7 +145,7 @@ def rmsnorm_gated_kernel(o, z, norm_weight):
     expect(z.shape[0] == B, "z", f"batch z.shape[0] == o.shape[0] = {B}", z.shape[0])
     expect(z.shape[1] == nv * dv, "z", f"value_dim z.shape[1] == nv * dv = {nv} * {dv} = {nv * dv}", z.shape[1])
     expect_shape(norm_weight, "norm_weight", (dv,))
-    expect_dtype(o, "o", nl.bfloat16, nl.float32)
+    expect_dtype(o, "o", (nl.bfloat16, nl.float32))
     expect_dtype(z, "z", nl.bfloat16)
     expect_dtype(norm_weight, "norm_weight", nl.float32)
 

@@ -240,5 +240,5 @@ BAD_INPUTS = {
 @pytest.mark.parametrize("case", list(BAD_INPUTS), ids=[c.replace(" ", "-") for c in BAD_INPUTS])
 def test_rejects(case):
     change, message = BAD_INPUTS[case]
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(AssertionError, match=message):
         nki.simulate(conv1d_decode_kernel)(*_bad(**change))

@@ -228,13 +228,13 @@ BAD_INPUTS = {
 @pytest.mark.parametrize("case", list(BAD_INPUTS))
 def test_rejects(case):
     changes, match = BAD_INPUTS[case]
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(AssertionError, match=match):
         nki.simulate(gdn_block_tkg)(*_bad(**changes).values())
 
 
 def test_rejects_a_batch_whose_activations_do_not_fit_on_chip():
     x = make_inputs(model_shard("Qwen3.5-0.8B", 1, B=512), seed=13)     # 155 KiB of activations
-    with pytest.raises(ValueError, match=r"hidden: expected a batch whose on-chip activations.*got B = 512"):
+    with pytest.raises(AssertionError, match=r"hidden: expected a batch whose on-chip activations.*got B = 512"):
         nki.simulate(gdn_block_tkg)(*x.values())
 
 

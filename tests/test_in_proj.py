@@ -257,13 +257,13 @@ def test_project_rows_into_sbuf(batch, col0, n):
 ], ids=["columns-outside-W", "batch-mismatch"])
 def test_project_rows_rejects_misuse(col0, n, dst_batch, message):
     hidden, W_in_qkv = stage_inputs(SMALL)[:2]
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(AssertionError, match=message):
         nki.simulate(_rows_kernel)(hidden, W_in_qkv, col0, n, dst_batch)
 
 
 def test_building_block_rejects_columns_outside_W():
     hidden, W_in_qkv = stage_inputs(SMALL)[:2]
-    with pytest.raises(ValueError, match=r"col0: expected columns col0 .. col0 \+ 2\*32 inside W's 128 columns, got 96"):
+    with pytest.raises(AssertionError, match=r"col0: expected columns col0 .. col0 \+ 2\*32 inside W's 128 columns, got 96"):
         nki.simulate(_per_head_kernel)(hidden, W_in_qkv, 96, 2, 32)
 
 
@@ -289,7 +289,7 @@ def _block_misuse_kernel(hidden, W, dst_batch, n_kt):
 def test_building_block_rejects_misuse(batch, dst_batch, n_kt, message):
     hidden = np.zeros((batch, 1, 256), BF16)
     W = stage_inputs(SMALL)[1]
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(AssertionError, match=message):
         nki.simulate(_block_misuse_kernel)(hidden, W, dst_batch, n_kt)
 
 
@@ -303,7 +303,7 @@ def bad(shape=SMALL, **changes):
 
 
 def rejects(args, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(AssertionError, match=message):
         nki.simulate(in_proj_kernel)(*args)
 
 
