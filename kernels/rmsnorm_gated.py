@@ -172,9 +172,16 @@ def rmsnorm_gated_to_hbm(out, o, z, norm_weight):
     dv, B, nv = o.shape
     z_sb = nl.ndarray((dv, B, nv), nl.bfloat16, name="z_sb")
     load_channel_major(z_sb.reshape((dv, B * nv)), z.reshape((B * nv, dv)))
-    w_sb = nl.ndarray((dv, 1), nl.float32, name="w_sb")
-    nisa.dma_copy(w_sb, norm_weight.reshape((dv, 1)))
+    w_sb = load_norm_weight(norm_weight)
     out_sb = nl.ndarray((dv, B, nv), nl.bfloat16, name="out_sb")
     # the building block takes [dv, nv, B] views of these [dv, B, nv] tiles
     rmsnorm_gated_tile(out_sb.permute((0, 2, 1)), o.permute((0, 2, 1)), z_sb.permute((0, 2, 1)), w_sb)
     store_rows(out.reshape((B * nv, dv)), out_sb.reshape((dv, B * nv)))
+
+
+def load_norm_weight(norm_weight):
+    """norm_weight [dv] @ HBM as the [dv, 1] fp32 SBUF tile `rmsnorm_gated_tile` takes as `w`."""
+    dv = norm_weight.shape[0]
+    w = nl.ndarray((dv, 1), nl.float32, name="norm_weight")
+    nisa.dma_copy(w, norm_weight.reshape((dv, 1)))
+    return w

@@ -334,10 +334,10 @@ def _with(name, delta_rows=0, delta_cols=0):
 
 
 BAD_BLOCK_INPUTS = {
-    "conv_dim not 2*nk*dk + nv*dv": ("conv_weight", lambda: _with("conv_weight", delta_rows=-1)),
+    "conv_weight rows not conv_dim": ("conv_weight", lambda: _with("conv_weight", delta_rows=-1)),
     "W_in_qkv conv_dim mismatch": ("W_in_qkv", lambda: _with("W_in_qkv", delta_cols=1)),
     "conv_state conv_dim mismatch": ("conv_state", lambda: _with("conv_state", delta_cols=1)),
-    "nv not divisible by nk": ("A_log", lambda: make_inputs(GDNShape(B=1, H=128, nk=2, nv=3,
+    "nv not divisible by nk": ("W_in_qkv", lambda: make_inputs(GDNShape(B=1, H=128, nk=2, nv=3,
                                                                      dk=16, dv=16, K=4))),
     "H not a multiple of 128": ("hidden", lambda: make_inputs(GDNShape(B=1, H=96, nk=2, nv=4,
                                                                        dk=16, dv=16, K=4))),
