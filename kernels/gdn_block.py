@@ -1,8 +1,7 @@
 """The fused GDN decode step, `gdn_block_tkg`: the five stages in one kernel, intermediates on chip.
 
-hidden goes in once; every activation after it (the projections, the conv window, q, k, v, the gates,
-the delta-rule output) stays in SBUF, channel-major; HBM sees only the weights, the two states and
-the output. The stages are their building blocks, called as they are:
+hidden goes in once; every activation after it stays in SBUF, channel-major; HBM sees only the
+weights, the two states and the output. The stages' building blocks, called as they are:
 
   load_hidden_T, project_columns      stage 1 (in_proj), straight into per-head channel tiles
   conv1d_decode_channels              stage 2 (conv1d decode), per channel group
@@ -10,10 +9,9 @@ the output. The stages are their building blocks, called as they are:
   gated_delta_rule_block              stage 4
   rmsnorm_gated_tile                  stage 5
 
-It is composition step 5 (z projected after the recurrence when its weights outweigh the state
-stream, so they load while the conv and the delta rule compute) and, as gdn_block_tkg[2], step 6:
-value heads split between the two NeuronCores of an LNC=2 launch grid. Steps 3 and 4 are the same
-body with one switch each (kernels/steps.py).
+It is composition step 5 and, as gdn_block_tkg[2], step 6 (value heads split between the two
+NeuronCores of an LNC=2 launch grid). Steps 3 and 4 are the same body with one switch each
+(kernels/steps.py); the composition chapters of the book explain each step.
 """
 import nki
 import nki.isa as nisa
@@ -37,7 +35,7 @@ ACTIVATION_SBUF_BYTES = 120 * 1024
 @nki.jit
 def gdn_block_tkg(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log, dt_bias,
                   norm_weight, recurrent_state):
-    """One decode step of a Qwen3.5 / Qwen3-Next gated delta-net layer, hidden to RMSNormGated output.
+    """One decode step of a Qwen3.5 / Qwen3-Next gated delta-net layer, hidden to RMSNormGated out.
 
     Dimensions:
         B: batch; H: hidden size (a multiple of 128); nk, nv: key and value heads (nv a multiple of
@@ -79,7 +77,8 @@ def gdn_block_tkg(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_st
         out = rmsnorm_gated(o, z, norm_weight)
     """
     return gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state,
-                          A_log, dt_bias, norm_weight, recurrent_state, gqa_by_index=True, place_z=True)
+                          A_log, dt_bias, norm_weight, recurrent_state, gqa_by_index=True,
+                          place_z=True)
 
 
 def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
@@ -140,7 +139,7 @@ def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
     conv1d_decode_channels(v_c, new_conv_state, v, conv_weight, conv_state,
                            c0=2 * key_dim + h0 * dv)
 
-    # stage 3: key heads as they are (value head h reads key head h // G) or copied to the value heads
+    # stage 3: key heads as they are (value head h reads key head h // G) or copied to value heads
     q = qk_c[:, 0]
     k = qk_c[:, 1]
     if not (gqa_by_index and _whole_groups(h0, nh, G)):
@@ -191,8 +190,9 @@ def _projected(shape, hidden_T, W, name):
 
 
 def _heads_of(t, h0, nh, name):
-    """Rows h0 .. h0 + nh - 1 of a [heads, B] tile as a tile of their own (an SBUF -> SBUF DMA: a
-    compute engine may not start at an arbitrary partition); the tile itself when it is all of them."""
+    """Rows h0 .. h0 + nh - 1 of a [heads, B] tile as a tile of their own (an SBUF -> SBUF DMA:
+    a compute engine may not start at an arbitrary partition); the tile itself when it is all of
+    them."""
     if nh == t.shape[0]:
         return t
     rows = nl.ndarray((nh, t.shape[1]), t.dtype, name=name)

@@ -36,9 +36,10 @@ def block_dims(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state
     _, nv, dk, dv = recurrent_state.shape
     expect(recurrent_state.shape[0] == B, "recurrent_state",
            f"batch recurrent_state.shape[0] = {B} (as hidden)", list(recurrent_state.shape))
-    expect(1 <= nv <= pmax, "recurrent_state", f"num_v_heads recurrent_state.shape[1] in 1..{pmax}", nv)
-    expect(1 <= dk <= pmax, "recurrent_state", f"head_k_dim recurrent_state.shape[2] in 1..{pmax}", dk)
-    expect(1 <= dv <= pmax, "recurrent_state", f"head_v_dim recurrent_state.shape[3] in 1..{pmax}", dv)
+    state_dims = (("num_v_heads", 1, nv), ("head_k_dim", 2, dk), ("head_v_dim", 3, dv))
+    for name, axis, n in state_dims:
+        expect(1 <= n <= pmax, "recurrent_state",
+               f"{name} recurrent_state.shape[{axis}] in 1..{pmax}", n)
     heads = f"length num_v_heads = {nv} (recurrent_state.shape[1])"
     expect(A_log.shape[0] == nv, "A_log", heads, list(A_log.shape))
     expect(dt_bias.shape[0] == nv, "dt_bias", heads, list(dt_bias.shape))

@@ -288,7 +288,8 @@ def _columns_group(dst, hidden_T, W3, c0, chunks):
 
 
 def in_proj_hbm(outs, hidden, weights):
-    """The stage's HBM -> HBM body: outs[i] [B, N_i] @ HBM = hidden @ weights[i], hidden loaded once.
+    """The stage's HBM -> HBM body: outs[i] [B, N_i] @ HBM = hidden @ weights[i], hidden loaded
+    once.
 
     Called by the standalone entry point (outputs in shared HBM) and by the reference-design fused
     kernel (HBM scratch). The rows go straight to HBM (`project_rows`): no transposes. The

@@ -81,10 +81,11 @@ def load_channel_major(dst, src):
         J = _pieces(rr, T, P * K * size) if _rows_contiguous(src) else 1
         TL = T // J
         tdt = _transpose_dtype(src.dtype, rr * J)
-        # partition r * J + j holds piece j of row r0 + r: channels j * TL * P .. (j + 1) * TL * P - 1;
+        # partition r * J + j holds piece j of row r0 + r: channels j*TL*P .. (j + 1)*TL*P - 1;
         # the DMA widens bf16 to fp32 where the transposes need it (exact)
         rows = nl.ndarray((rr * J, TL * P, K), tdt, buffer=nl.sbuf, name="rows_in")
-        nisa.dma_copy(dst=_squeezed(rows), src=_squeezed(src[r0:r0 + rr].reshape((rr * J, TL * P, K))))
+        pieces = src[r0:r0 + rr].reshape((rr * J, TL * P, K))
+        nisa.dma_copy(dst=_squeezed(rows), src=_squeezed(pieces))
         out = dst.reshape_dim(1, (J, TL))[:, :, :, r0:r0 + rr, :]             # [P, J, TL, rr, K]
         per_bank = _psum_bank_bytes() // (rr * J * _itemsize(tdt))            # transposes per bank
         for t0, nt, k0, nk in _bank_groups(TL, K, per_bank, tiles_and_k=(J == 1)):
@@ -92,7 +93,8 @@ def load_channel_major(dst, src):
             for i in range(nt):
                 for k in range(k0, k0 + nk):
                     block = _squeezed(rows[:, (t0 + i) * P:(t0 + i + 1) * P, k])  # [rr * J, P]
-                    nisa.nc_transpose(dst=_squeezed(ps[:, i, k - k0]), data=block, engine=nisa.engine.tensor)
+                    nisa.nc_transpose(dst=_squeezed(ps[:, i, k - k0]), data=block,
+                                      engine=nisa.engine.tensor)
             evict(out[:, :, t0:t0 + nt, :, k0:k0 + nk], ps.permute((0, 4, 1, 3, 2)), evictions)
             evictions += 1
 
@@ -153,11 +155,11 @@ def store_rows(dst, src):
         rr = min(pmax, R - r0)
         J = _pieces(rr, T, P * K * _itemsize(dst.dtype)) if _rows_contiguous(dst) else 1
         TL = T // J
-        # partition r * J + j holds piece j of row r0 + r: channels j * TL * P .. (j + 1) * TL * P - 1
+        # partition r * J + j holds piece j of row r0 + r: channels j*TL*P .. (j + 1)*TL*P - 1
         rows = nl.ndarray((rr * J, TL * P, K), dst.dtype, buffer=nl.sbuf, name="rows_out")
         by_tile = rows.reshape_dim(1, (TL, P))                                # [rr * J, TL, P, K]
         tiles = src.reshape_dim(1, (J, TL))[:, :, :, r0:r0 + rr, :]           # [P, J, TL, rr, K]
-        if tdt != src.dtype:                      # widen the chunk to fp32 for the transposes (exact)
+        if tdt != src.dtype:              # widen the chunk to fp32 for the transposes (exact)
             wide = nl.ndarray((P, J, TL, rr, K), tdt, buffer=nl.sbuf, name="rows_out_fp32")
             nisa.tensor_copy(dst=_squeezed(wide), src=_squeezed(tiles), engine=nisa.engine.gpsimd)
             tiles = wide
@@ -166,19 +168,24 @@ def store_rows(dst, src):
             for i in range(nt):
                 for k in range(k0, k0 + nk):
                     block = _squeezed(tiles[:, :, t0 + i, :, k].permute((0, 2, 1)))  # [P, rr, J]
-                    nisa.nc_transpose(dst=_squeezed(ps[:, i, k - k0]), data=block, engine=nisa.engine.tensor)
+                    nisa.nc_transpose(dst=_squeezed(ps[:, i, k - k0]), data=block,
+                                      engine=nisa.engine.tensor)
             evict(by_tile[:, t0:t0 + nt, :, k0:k0 + nk], ps.permute((0, 1, 3, 2)), evictions)
             evictions += 1
-        nisa.dma_copy(dst=_squeezed(dst[r0:r0 + rr].reshape((rr * J, TL * P, K))), src=_squeezed(rows))
+        pieces = dst[r0:r0 + rr].reshape((rr * J, TL * P, K))
+        nisa.dma_copy(dst=_squeezed(pieces), src=_squeezed(rows))
 
 
 def _with_all_dims(hbm, tile, hbm_arg, tile_arg):
-    """Views with every dim: hbm [R, C, K] (K = 1 if absent), tile [P, T, R, K] (T = 1 if absent)."""
-    expect(len(hbm.shape) in (2, 3), hbm_arg, "HBM rows [R, C] or [R, C, K]", f"shape {list(hbm.shape)}")
+    """Views with every dim: hbm [R, C, K] (K = 1 if absent), tile [P, T, R, K] (T = 1 if
+    absent)."""
+    expect(len(hbm.shape) in (2, 3), hbm_arg, "HBM rows [R, C] or [R, C, K]",
+           f"shape {list(hbm.shape)}")
     if len(hbm.shape) == 2:
         hbm, tile = hbm.expand_dim(2), tile.expand_dim(len(tile.shape))
     expect(len(tile.shape) in (3, 4), tile_arg,
-           "a channel-major tile [P, T, R] or [P, R] ([P, T, R, K] or [P, R, K] for rows [R, C, K])",
+           "a channel-major tile [P, T, R] or [P, R] ([P, T, R, K] or [P, R, K] for rows "
+           "[R, C, K])",
            f"shape {list(tile.shape)}")
     if len(tile.shape) == 3:
         tile = tile.expand_dim(1)
@@ -195,7 +202,8 @@ def _check(tile, tile_arg, hbm, hbm_arg):
            f"[P, T] then {hbm_arg}'s rows and inner dim {[R, K]}", list(tile.shape))
     expect(T * P == C, tile_arg, f"T * P = {C} channels, as the rows of {hbm_arg} hold",
            f"T = {T} tiles of P = {P}")
-    expect_dtype(tile if tile_arg == "src" else hbm, "src", (nl.bfloat16, nl.float32))   # transposable
+    # transposable dtypes
+    expect_dtype(tile if tile_arg == "src" else hbm, "src", (nl.bfloat16, nl.float32))
 
 
 def _squeezed(t):

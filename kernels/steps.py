@@ -24,9 +24,10 @@ from .in_proj import in_proj_hbm, in_proj_kernel
 from .rmsnorm_gated import rmsnorm_gated_kernel
 
 
-def _stages_1_to_3(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log, dt_bias,
-                   norm_weight, recurrent_state):
-    """Launch in_proj, conv1d decode and gqa_repeat; return q, k, v, z, a, b and the new conv state."""
+def _stages_1_to_3(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
+                   dt_bias, norm_weight, recurrent_state):
+    """Launch in_proj, conv1d decode and gqa_repeat; return q, k, v, z, a, b and the new conv
+    state."""
     _, _, nk, _, dk, dv, _ = block_dims(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight,
                                         conv_state, A_log, dt_bias, norm_weight, recurrent_state)
     check_block_dtypes(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
@@ -39,7 +40,8 @@ def _stages_1_to_3(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
 
 def gdn_block_staged(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
                      dt_bias, norm_weight, recurrent_state):
-    """Step 0: one GDN decode step as five kernel launches; returns (out, conv_state, recurrent_state)."""
+    """Step 0: one GDN decode step as five kernel launches; returns (out, conv_state,
+    recurrent_state)."""
     q, k, v, z, a, b, new_conv_state = _stages_1_to_3(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b,
                                                       conv_weight, conv_state, A_log, dt_bias,
                                                       norm_weight, recurrent_state)
@@ -54,7 +56,8 @@ def gdn_block_staged_tkg(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, 
     q, k, v, z, a, b, new_conv_state = _stages_1_to_3(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b,
                                                       conv_weight, conv_state, A_log, dt_bias,
                                                       norm_weight, recurrent_state)
-    out, new_recurrent_state = gdn_tkg(q, k, v, a, b, z, A_log, dt_bias, norm_weight, recurrent_state)
+    out, new_recurrent_state = gdn_tkg(q, k, v, a, b, z, A_log, dt_bias, norm_weight,
+                                       recurrent_state)
     return out, new_conv_state, new_recurrent_state
 
 
@@ -94,7 +97,8 @@ def gdn_block_tkg_scratch(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight,
     out = nl.ndarray((B, 1, nv * dv), nl.bfloat16, buffer=nl.shared_hbm, name="out")
     new_recurrent_state = nl.ndarray((B, nv, dk, dv), nl.float32, buffer=nl.shared_hbm,
                                      name="new_recurrent_state")
-    gdn_tkg_hbm(out, new_recurrent_state, q, k, v, a, b, z, A_log, dt_bias, norm_weight, recurrent_state)
+    gdn_tkg_hbm(out, new_recurrent_state, q, k, v, a, b, z, A_log, dt_bias, norm_weight,
+                recurrent_state)
     return out, new_conv_state, new_recurrent_state
 
 
@@ -108,8 +112,8 @@ def gdn_block_tkg_onchip(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, 
 
 
 @nki.jit
-def gdn_block_tkg_gqa_index(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
-                            dt_bias, norm_weight, recurrent_state):
+def gdn_block_tkg_gqa_index(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state,
+                            A_log, dt_bias, norm_weight, recurrent_state):
     """Step 4: `gdn_block_tkg`'s body with z projected with the other projections.
     Arguments and results as gdn_block_tkg."""
     return gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
