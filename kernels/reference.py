@@ -2,7 +2,7 @@
 
 Every NKI kernel in this package is tested against these functions. The semantics are those of
 Hugging Face transformers' Qwen3.5 GDN decode path (`modeling_qwen3_5.py`) with the serving
-stacks' fp32 beta, as pinned down in `reference/gdn-math.md`:
+stacks' fp32 beta, as the book's GDN chapter (book/gdn/math.md) sets them out:
 
 1. `in_proj_ref`          hidden @ W_in_{qkv,z,a,b}, fp32 accumulation, bf16 results
 2. `conv1d_decode_ref`    depthwise causal conv over a K-column window (newest token in the last
@@ -16,7 +16,7 @@ stacks' fp32 beta, as pinned down in `reference/gdn-math.md`:
                           rounding
 
 `gdn_block_tkg_ref` composes them with the fused kernel's signature. Results are rounded to bf16
-exactly where gdn-math.md §2.1 says, so a kernel that mirrors those points agrees up to
+exactly where that chapter's "Dtypes at each point" says, so a kernel that mirrors those points agrees up to
 accumulation order. Inputs are never modified; new states are returned.
 
 Helpers: `to_torch` / `to_numpy` convert between NumPy (bf16 as `ml_dtypes.bfloat16`) and torch

@@ -88,7 +88,7 @@ def test_composition_steps_match_reference(version, shape):
     check(run(version, x), x)
 
 
-# --- edge cases (gdn-math.md §4) ---------------------------------------------------------------
+# --- edge cases (book/gdn/math.md) -------------------------------------------------------------
 
 EDGE = model_shard("Qwen3-Next-80B", 4, B=2)      # nk 4, nv 8, G 2
 

@@ -1,8 +1,9 @@
 """Tests of kernels/reference.py against an independent float64 NumPy model of the same equations.
 
-The NumPy model below is written from reference/gdn-math.md, not from the torch code: float64
-math with explicit per-(batch, head) loops, rounded to bf16 (ml_dtypes, round-to-nearest-even)
-at the same points as the reference (projections, conv output, o, final output).
+The NumPy model below is written from the book's GDN chapter (book/gdn/math.md), not from the
+torch code: float64 math with explicit per-(batch, head) loops, rounded to bf16 (ml_dtypes,
+round-to-nearest-even) at the same points as the reference (projections, conv output, o, final
+output).
 
 Tolerances, and why:
 - bf16 results of one stage fed identical inputs: at most 1 bf16 ulp apart and bit-equal on at
@@ -172,7 +173,7 @@ def test_block(shape):
     check_block(shape, *_model(shape))
 
 
-# --- edge cases (reference/gdn-math.md §4) -----------------------------------------------------
+# --- edge cases (book/gdn/math.md) -----------------------------------------------------------
 
 def test_zero_hidden_and_states_give_exact_zeros():
     shape = TINY[2]

@@ -100,7 +100,7 @@ def test_more_than_one_psum_bank(shape):
     assert_output_close(run(o, z, w), reference(o, z, w))
 
 
-# --- edge cases (gdn-math.md §4) --------------------------------------------------------------
+# --- edge cases (book/gdn/math.md) ------------------------------------------------------------
 
 def test_zero_o_gives_exact_zero():
     shape = SHARD_SHAPES[-1]  # Qwen3.5-0.8B TP1, B=8
