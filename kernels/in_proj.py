@@ -49,16 +49,11 @@ def load_hidden_T(dst, hidden):
         stationary operand of every matmul of that tile).
 
     Notes:
-        - Partition p holds the KT consecutive hidden features p*KT .. p*KT + KT - 1 (h = p*KT + kt,
-          the NKI library's [H0, BxS, H1] layout), so the weight rows one partition contracts are KT
-          consecutive rows of W: a run of KT * N * 2 contiguous bytes (see `project_rows`). The
-          stationary tile hidden_T[:, kt, tokens] reads every KT-th element of dst, as qkv_tkg's
-          hidden_sb[:, :, h1] does in the same layout.
+        - Partition p holds features p*KT .. p*KT + KT - 1 (the NKI library's [H0, BxS, H1]
+          layout, as qkv_tkg), so the weight rows one partition contracts are KT consecutive rows
+          of W: one contiguous run (see `project_rows`).
         - hidden moves as rows (kernels.layout.load_channel_major on the view [B, 128, KT]): one
-          DMA per 128 tokens, a contiguous H * 2 bytes per partition, then KT TensorE transposes
-          of [B, 128] (every KT-th element of the rows: features p*KT + kt) into PSUM, evicted by
-          one tensor_copy per bank. A DMA straight into [128, B, KT] would move B * 128 runs of
-          KT * 2 bytes (80 B at H = 5120), each a DMA descriptor.
+          DMA per 128 tokens, then KT TensorE transposes, not B * 128 runs of KT * 2 bytes.
 
     Pseudocode:
         dst[p, b, kt] = hidden[b, 0, p * KT + kt]
@@ -90,21 +85,14 @@ def project_rows(dst, hidden_T, W, col0=0):
         None; dst holds the projection.
 
     Notes:
-        - hidden_T[:, kt, chunk] stationary ([128, <= 128 tokens]), weight rows moving
-          ([128, <= 512 columns]): each nc_matmul writes a [tokens, 512] fp32 PSUM bank, the H/128
-          contraction tiles accumulate in it (accumulate=False on the first, True after). Per
-          column group and chunk of 128 tokens: KT * ceil(width / 512) matmuls.
-        - Columns go in groups whose accumulators fit ACC_BANKS PSUM banks over all token chunks
-          (2048 columns for B <= 128). A group's weight rows stream once, in balanced row chunks
-          [128, g, width] of at most WEIGHT_DMA_BYTES per partition (g consecutive rows
-          h = p*KT + kt): one contiguous HBM run per partition when the group spans all of W's
-          columns, else g runs of width * 2 bytes. Every token chunk uses the chunk while it is
-          on chip, so B > 128 does not read the weight twice.
-        - Each weight chunk, accumulator and staging buffer is allocated inside its loop, so the
-          scheduler can load the next chunk while TensorE consumes this one.
-        - One tensor_copy per PSUM bank (alternately VectorE and ScalarE) rounds the fp32 sums to
-          dst's dtype. For an HBM dst they go to an SBUF staging tile, and the rows of a group
-          leave in one DMA per token chunk, one contiguous HBM run per token.
+        - hidden_T[:, kt, chunk] stationary ([128, <= 128 tokens]), weight rows moving ([128,
+          <= 512 columns]); the KT contraction tiles accumulate in one fp32 PSUM bank.
+        - Columns go in groups whose accumulators fit ACC_BANKS banks over all token chunks. A
+          group's weight rows stream once, in balanced row chunks of at most WEIGHT_DMA_BYTES per
+          partition, each used by every token chunk while on chip; buffers are allocated inside
+          their loops, so the next chunk loads while TensorE consumes this one.
+        - One eviction per PSUM bank (`kernels.layout.evict`) rounds the sums to dst's dtype;
+          an HBM dst gets them through an SBUF staging tile, one DMA per group and token chunk.
 
     Pseudocode:
         acc = np.zeros((B, n), np.float32)
@@ -141,19 +129,12 @@ def project_columns(dst, hidden_T, W, col0=0):
         None; dst holds the projection.
 
     Notes:
-        - The matmuls and weight DMAs are `project_rows`'s (hidden stationary, weight moving,
-          groups of whole P-channel tiles within ACC_BANKS PSUM banks). A group's fp32 sums
-          are evicted row-major into SBUF, [tokens, width] fp32 (exact), and TensorE turns each
-          [tokens, P] block around (nc_transpose) into PSUM, [P, tokens] fp32, packed as many as
-          fit a bank; one tensor_copy per bank writes them into dst, rounding once. fp32 keeps
-          every PSUM write on whole 4-byte words, for any B (bf16 transposes of one token would
-          start at 2-byte offsets, which the compiler rejects).
-        - Per group and chunk of 128 tokens: one transpose per tile (T per call in all), about one
-          eviction per PSUM bank before them and one per bank after.
-        - For the fused kernel: per head, call with dst [dk, n_heads, B] and col0 at the first
-          head's channel (P = dk); for a / b, dst [nv, B]. A column range narrower than W gives
-          weight runs of (its width) * 2 bytes per row; project whole weights where the layout
-          allows.
+        - The matmuls and weight DMAs are `project_rows`'s. A group's sums are evicted row-major
+          in fp32 (exact), then TensorE transposes each [tokens, P] block into PSUM in fp32 (whole
+          4-byte words for any B) and one eviction per bank writes dst, rounding once.
+        - For the fused kernel: per head, dst [dk, n_heads, B] with col0 at the first head's
+          channel (P = dk); for a / b, dst [nv, B]. A column range narrower than W gives weight
+          runs of (its width) * 2 bytes per row: project whole weights where the layout allows.
 
     Pseudocode:
         acc = np.zeros((B, T * P), np.float32)

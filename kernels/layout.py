@@ -42,26 +42,17 @@ def load_channel_major(dst, src):
         None; dst holds the tile.
 
     Notes:
-        - Each chunk of <= 128 rows is ONE DMA into an SBUF staging tile with rows on partitions,
-          so each partition reads one contiguous HBM run. Few rows would use few partitions, and a
-          DMA gets one DMA engine per 8 partitions: so a row of T tiles is cut into J pieces of
-          T / J whole tiles on J partitions, J the largest divisor of T with rows * J <= 128 and
-          pieces of at least MIN_PIECE_BYTES (2 KiB; J = 1 when rows are short or many). A run is
-          then C * K * itemsize / J bytes: the whole row when J = 1. The DMA's HBM side is the
-          rows viewed as [rows * J, C / J, K], the staging tile's partition count in dim 0 (the
-          compiler rejects a DMA whose sides differ there), so pieces need rows that follow each
-          other in memory; a column slice of wider rows keeps J = 1.
-        - TensorE transposes each [rows * J, P] block (channel tile t of every piece; for K > 1
-          the k-th element of each channel, a stride-K view) into PSUM in src's dtype; the
-          transposes that share a 2 KiB PSUM bank are evicted into dst with one tensor_copy
-          (`evict`). Per chunk: (T / J) * K transposes and about one eviction per bank.
-        - An odd rows * J of bf16 (B = 1) would write PSUM in half words, which the compiler
-          rejects: then the DMA widens the rows to an fp32 staging tile and the transposes and
-          PSUM are fp32 (exact; the eviction converts back, half as many per bank).
-        - SBUF: the staging tile, C * K * itemsize / J bytes per partition (itemsize 4 when fp32).
+        - Per chunk of <= 128 rows: ONE DMA into a staging tile, one contiguous HBM run per
+          partition. Few rows are cut into J pieces of T / J whole tiles (`_pieces`: at least
+          MIN_PIECE_BYTES each, rows * J <= 128), so that they still spread over many DMA
+          engines; a column slice of wider rows keeps J = 1 (`_rows_contiguous`).
+        - Then (T / J) * K TensorE transposes into PSUM and one eviction (`evict`) per bank.
+          An odd rows * J of bf16 would write PSUM in half words, which the compiler rejects:
+          those chunks are staged and transposed in fp32 (exact, `_transpose_dtype`).
+        - SBUF: the staging tile, C * K * itemsize / J bytes per partition.
         - Views the callers use: conv_state [B, C, K] as is; conv_weight [C, K] as src
-          [T, P, K] (tile t a row) into dst [P, 1, T, K]; hidden [B, 1, H] as src
-          [B, 128, H / 128] into dst [128, 1, B, H / 128] (feature h = p * (H / 128) + kt).
+          [T, P, K] into dst [P, 1, T, K]; hidden [B, 1, H] as src [B, 128, H / 128] into dst
+          [128, 1, B, H / 128] (feature h = p * (H / 128) + kt).
 
     Pseudocode:
         for r0 in range(0, R, 128):
@@ -121,20 +112,12 @@ def store_rows(dst, src):
         None; dst holds the rows.
 
     Notes:
-        - Per chunk of <= 128 rows, TensorE transposes [P, rows * J] blocks of src (for K > 1 the
-          k-th element of each channel, a stride-K view) into PSUM, [rows * J, P] in src's dtype;
-          one tensor_copy per PSUM bank (2048 / (P * itemsize) transposes: 8 at P = 128 in bf16)
-          evicts them into an SBUF staging tile in dst's dtype (`evict`).
-          An odd P of bf16 would write PSUM in half words, which the compiler rejects: then one
-          GpSimd copy first widens the chunk of src to fp32 (exact) and the transposes and PSUM
-          are fp32.
-        - The staging tile then leaves in ONE DMA per chunk of rows, one contiguous HBM run per
-          partition. As in `load_channel_major`, a row of T tiles sits on J partitions in pieces
-          of T / J whole tiles (J the largest divisor of T with rows * J <= 128 and pieces of at
-          least MIN_PIECE_BYTES), so that few rows still spread over many DMA engines; the HBM
-          side is viewed as [rows * J, C / J, K], so J = 1 for a column slice of wider rows.
-        - Per chunk: (T / J) * K transposes, about one eviction per bank, one DMA. SBUF: the
-          staging tile, C * K * itemsize / J bytes per partition.
+        - Per chunk of <= 128 rows: (T / J) * K TensorE transposes into PSUM, one eviction
+          (`evict`) per bank into a staging tile in dst's dtype, then ONE DMA, one contiguous
+          HBM run per partition; rows cut into J pieces as in `load_channel_major`.
+        - An odd P of bf16 would write PSUM in half words, which the compiler rejects: then one
+          GpSimd copy widens the chunk of src to fp32 first (exact).
+        - SBUF: the staging tile, C * K * itemsize / J bytes per partition.
 
     Pseudocode:
         for r0 in range(0, R, 128):
