@@ -244,6 +244,27 @@ def test_rejects(case):
         nki.simulate(gdn_block_tkg)(*_bad(**changes).values())
 
 
+@pytest.mark.parametrize("version", [v for v in VERSIONS if v != "fused"])
+@pytest.mark.parametrize("case", ["conv-weight-rows", "nv-not-multiple-of-nk", "empty-batch",
+                                  "state-dtype"])
+def test_every_step_rejects_alike(version, case):
+    """Every composition step checks its arguments with the fused kernel's block_dims and
+    check_block_dtypes, so it rejects the same input with the same message."""
+    changes, match = BAD_INPUTS[case]
+    with pytest.raises(AssertionError, match=match):
+        run(version, _bad(**changes))
+
+
+@pytest.mark.parametrize("case", ["conv-weight-rows", "nv-not-multiple-of-nk", "empty-batch",
+                                  "no-value-heads", "W-shape"])
+def test_reference_rejects_shapes_alike(case):
+    """The torch reference derives the dims with the kernels' block_dims: the same message, raised
+    as the host code's ValueError."""
+    changes, match = BAD_INPUTS[case]
+    with pytest.raises(ValueError, match=match):
+        gdn_block_tkg_ref(*(to_torch(v) for v in _bad(**changes).values()))
+
+
 def test_rejects_a_batch_whose_activations_do_not_fit_on_chip():
     x = make_inputs(model_shard("Qwen3.5-0.8B", 1, B=512), seed=13)     # 155 KiB of activations
     with pytest.raises(AssertionError, match=r"hidden: expected a batch whose on-chip activations.*got B = 512"):
