@@ -1,34 +1,40 @@
-"""Trace-time input validation shared by every kernel (the NKI library's `kernel_assert` idea).
+"""Trace-time input checks shared by every kernel, in the NKI library's `kernel_assert` style.
 
-Each check raises ValueError naming the argument, what was expected and what it got, so a
-reader who passes a wrong tensor learns which one and why before anything runs.
+Each check is an `assert` whose message names the argument, what was expected and what it got,
+so a reader who passes a wrong tensor learns which one and why before anything runs.
 """
 
 
 def expect(condition, arg, expected, got):
-    if not condition:
-        raise ValueError(f"{arg}: expected {expected}, got {got}")
+    assert condition, f"{arg}: expected {expected}, got {got}"
 
 
 def expect_shape(t, arg, shape):
     """`shape` may hold None for a dim that is free to vary."""
-    ok = len(t.shape) == len(shape) and all(e is None or e == g for e, g in zip(shape, t.shape))
-    want = "[" + ", ".join("*" if e is None else str(e) for e in shape) + "]"
-    expect(ok, arg, f"shape {want}", list(t.shape))
+    ok = len(t.shape) == len(shape)
+    want = "["
+    for i in range(len(shape)):
+        if ok and shape[i] is not None and shape[i] != t.shape[i]:
+            ok = False
+        want = want + (", " if i else "") + ("*" if shape[i] is None else str(shape[i]))
+    expect(ok, arg, f"shape {want}]", list(t.shape))
 
 
 def expect_rank(t, arg, rank):
     expect(len(t.shape) == rank, arg, f"a {rank}-d tensor", f"shape {list(t.shape)}")
 
 
-def expect_dtype(t, arg, *dtypes):
-    names = " or ".join(_name(d) for d in dtypes)
-    expect(any(t.dtype == d for d in dtypes), arg, f"dtype {names}", _name(t.dtype))
+def expect_dtype(t, arg, dtypes):
+    """`dtypes`: one dtype or a tuple of them."""
+    if not isinstance(dtypes, tuple):
+        dtypes = (dtypes,)
+    ok = False
+    names = ""
+    for i in range(len(dtypes)):
+        ok = ok or t.dtype == dtypes[i]
+        names = names + (" or " if i else "") + str(dtypes[i])
+    expect(ok, arg, f"dtype {names}", str(t.dtype))
 
 
 def expect_multiple(value, of, arg, what):
     expect(value % of == 0, arg, f"{what} a multiple of {of}", value)
-
-
-def _name(dtype):
-    return getattr(dtype, "name", str(dtype))

@@ -1,7 +1,8 @@
 """Real Qwen3-Next / Qwen3.5 GDN layer shapes and their tensor-parallel shards.
 
 Plain data, no NKI calls: tests, notebooks and benchmarks take their shapes from here so that
-every kernel is exercised at the shapes a deployment really sees (reference/gdn-math.md §3).
+every kernel is exercised at the shapes a deployment really sees (the book's page on the models,
+book/gdn/models.ipynb).
 """
 from dataclasses import dataclass, replace
 

@@ -13,8 +13,11 @@ import nki.isa as nisa
 from .checks import expect, expect_dtype, expect_rank, expect_shape
 from .layout import load_channel_major, store_rows
 
-K_MIN, K_MAX = 2, 4          # the conv widths causal-conv1d and vLLM's Triton kernel support (Qwen: 4)
-WINDOW_FREE_MAX = 4096       # window elements (tiles * B * K) per partition per chunk of the entry point
+# The conv windows this stage (and the fused kernel) supports: the widths causal-conv1d's
+# causal_conv1d_update and vLLM's Triton kernel support; every Qwen3-Next / Qwen3.5 model uses 4.
+K_MIN = 2
+K_MAX = 4
+WINDOW_FREE_MAX = 4096       # window elements (tiles * B * K) per partition per chunk
 
 
 def conv1d_decode_tile(dst_out, dst_state, x, w, state):
@@ -42,19 +45,13 @@ def conv1d_decode_tile(dst_out, dst_state, x, w, state):
         None; `dst_out` and `dst_state` hold the results.
 
     Notes:
-        - Channel c of tile t sits on partition p; the standalone kernel uses c = c0 + 128*t + p,
+        - Channel c of tile t sits on partition p: the standalone kernel uses c = c0 + 128*t + p,
           the fused kernel c = (first channel of head t) + p, so a head is one channel tile.
-        - `dst_state` must not overlap `state`: its columns 0..K-2 are copies of the incoming
-          columns 1..K-1 (bit-exact; column 0 of `state` is dropped) and column K-1 a copy of `x`.
-          The new state IS the conv window, so the conv reads it instead of assembling another.
-        - Engines: GpSimd shifts the window while VectorE copies `x` into the last column (the two
-          copies run side by side); VectorE multiplies the window by the weights (a stride-0 view
-          broadcasts w over B) and sums over K in fp32; ScalarE applies SiLU and rounds once.
-          Five instructions for any T and B: at decode sizes each instruction costs mostly its
-          fixed overhead, and the alternative, K multiply-adds with a [P, 1] weight column as the
-          scalar operand (tensor_scalar + (K-1) scalar_tensor_tensor per channel tile), needs K
-          VectorE instructions per tile, since the [P, 1] operand cannot vary along T.
-        - Per partition the temporaries take T*B*K*4 + T*B*4 bytes of SBUF.
+        - `dst_state` must not overlap `state`. The new state IS the conv window (bit-exact
+          copies), so the conv reads it instead of assembling another.
+        - Five instructions for any T and B: two copies (GpSimd, VectorE), multiply and reduce over
+          K in fp32 (VectorE, w broadcast over B by a stride-0 view), SiLU (ScalarE, one rounding).
+        - Temporaries: T*B*K*4 + T*B*4 bytes of SBUF per partition.
 
     Pseudocode:
         window = concatenate([state[..., 1:], x[..., None]], axis=-1)      # [P, T, B, K]
@@ -74,10 +71,10 @@ def conv1d_decode_tile(dst_out, dst_state, x, w, state):
     expect_shape(dst_state, "dst_state", (P, T, B, K))
     expect_shape(dst_out, "dst_out", (P, T, B))
     expect_dtype(w, "w", nl.float32)
-    expect(dst_state.dtype == state.dtype, "dst_state", f"dtype {state.dtype} (as state, for a bit-exact copy)",
-           dst_state.dtype)
+    expect(dst_state.dtype == state.dtype, "dst_state",
+           f"dtype {state.dtype} (as state, for a bit-exact copy)", dst_state.dtype)
 
-    # Slide the window: drop column 0, shift 1..K-1 left, append the new token (all bit-exact copies).
+    # Slide the window: drop column 0, shift 1..K-1 left, append the new token (bit-exact copies).
     nisa.tensor_copy(dst_state[:, :, :, 0:K - 1], state[:, :, :, 1:K], engine=nisa.engine.gpsimd)
     nisa.tensor_copy(dst_state[:, :, :, K - 1], x)
 
@@ -108,7 +105,8 @@ def conv1d_decode_channels(dst_out, new_conv_state, x, conv_weight, conv_state, 
 
     Notes:
         - The window moves as rows [B, T*P*K] and the weight as rows [T, P*K] through
-          kernels.layout (contiguous row DMAs, TensorE transposes), the new window back the same way.
+          kernels.layout (contiguous row DMAs, TensorE transposes), the new window back the same
+          way.
         - The tiles go in chunks of at most WINDOW_FREE_MAX window elements per partition (all of
           them at once for every real shard up to B = 32), so SBUF stays bounded at any B.
     """
@@ -119,9 +117,10 @@ def conv1d_decode_channels(dst_out, new_conv_state, x, conv_weight, conv_state, 
         nt = min(per, T - t0)
         a, z = c0 + t0 * P, c0 + (t0 + nt) * P
         w = nl.ndarray((P, nt, K), nl.float32, name="w")
-        load_channel_major(w.expand_dim(1), conv_weight[a:z, :].reshape((nt, P, K)))   # rows [nt, P*K]
+        # rows [nt, P*K] and [B, nt*P*K]
+        load_channel_major(w.expand_dim(1), conv_weight[a:z, :].reshape((nt, P, K)))
         state = nl.ndarray((P, nt, B, K), conv_state.dtype, name="state")
-        load_channel_major(state, conv_state[:, a:z, :])                               # rows [B, nt*P*K]
+        load_channel_major(state, conv_state[:, a:z, :])
         window = nl.ndarray((P, nt, B, K), conv_state.dtype, name="window")
         conv1d_decode_tile(dst_out[:, t0:t0 + nt], window, x[:, t0:t0 + nt], w, state)
         store_rows(new_conv_state[:, a:z, :], window)
@@ -137,7 +136,9 @@ def _channel_chunks(conv_dim, B, K):
     pmax = nl.tile_size.pmax
     full = conv_dim // pmax
     per_chunk = max(1, min(full, WINDOW_FREE_MAX // (B * K)))
-    chunks = [(t0 * pmax, pmax, min(per_chunk, full - t0)) for t0 in range(0, full, per_chunk)]
+    chunks = []
+    for t0 in range(0, full, per_chunk):
+        chunks.append((t0 * pmax, pmax, min(per_chunk, full - t0)))
     if conv_dim % pmax:
         chunks.append((full * pmax, conv_dim % pmax, 1))
     return chunks
@@ -145,7 +146,7 @@ def _channel_chunks(conv_dim, B, K):
 
 @nki.jit
 def conv1d_decode_kernel(mixed_qkv, conv_weight, conv_state):
-    """Stage 2 standalone, HBM to HBM: depthwise causal conv1d decode step + SiLU, and the new window.
+    """Stage 2 standalone, HBM to HBM: one depthwise causal conv1d decode step + SiLU.
 
     Dimensions:
         B: batch; conv_dim: channels (2*nk*dk + nv*dv); K: conv window, 2..4
@@ -162,28 +163,14 @@ def conv1d_decode_kernel(mixed_qkv, conv_weight, conv_state):
             [conv_state[..., 1:], mixed_qkv]: bit-exact copies, column 0 of the input dropped.
 
     Notes:
-        - Rejects (ValueError naming the argument): wrong ranks; conv_weight rows or conv_state
-          dims that disagree with mixed_qkv's conv_dim and B; K outside 2..4 (the widths
-          causal-conv1d's `causal_conv1d_update` and vLLM's Triton kernel support; all Qwen3-Next
-          and Qwen3.5 models use 4) or different in conv_weight and conv_state; dtypes other than
-          the above.
-        - conv_dim is tiled by 128 channels on partitions (channel c0 + 128*t + p on partition p);
-          a partial last tile (conv_dim % 128 channels) is handled on its own.
-        - Several 128-channel tiles are loaded together and computed by one instruction each
-          (at most WINDOW_FREE_MAX = 4096 window elements per partition per chunk; every real shard
-          at B <= 8 is one chunk).
-        - HBM holds rows ([B, C], [B, C, K], [C, K]); the tiles are channel-major. Every transfer
-          goes through kernels.layout: load_channel_major (contiguous row DMAs, TensorE
-          transposes into PSUM, one eviction per bank) and store_rows (the inverse), so each DMA
-          moves one contiguous run of at least 2 KiB (or a whole row) per partition. The weight
-          loads as rows [T, 128 * K] (one per channel tile) into the [P, T, K] tile. A DMA
-          through a transposing HBM view would move 2-byte (mixed_qkv, conv_out) or K*2-byte
-          (conv_state) runs, one descriptor each. The fused kernel skips all of this: its window
-          stays on chip next to in_proj's channel-major output.
-        - Inputs are never written. A chunk takes about 8*T*B*K + 8*T*B bytes of SBUF per partition
-          for its tiles (at most about 40 KiB under the chunk limit), plus the row staging tiles of
-          kernels.layout (up to T*128*K*2 bytes per partition); a single tile needs about 8*B*K,
-          so B can reach a few thousand tokens.
+        - Rejects (an assertion naming the argument): wrong ranks; conv_weight rows or conv_state
+          dims that disagree with mixed_qkv's conv_dim and B; K outside K_MIN..K_MAX or different
+          in conv_weight and conv_state; dtypes other than the above. Inputs are never written.
+        - conv_dim is tiled by 128 channels on partitions; a partial last tile is a chunk of its
+          own. Several tiles go through each instruction together, at most WINDOW_FREE_MAX window
+          elements per partition per chunk.
+        - Every HBM transfer moves rows through kernels.layout (contiguous row DMAs, TensorE
+          transposes), never a transposing DMA of 2-byte runs.
 
     Pseudocode:
         window = concatenate([conv_state[:, :, 1:], mixed_qkv[:, :, None]], axis=2)   # [B, C, K]
@@ -199,14 +186,16 @@ def conv1d_decode_kernel(mixed_qkv, conv_weight, conv_state):
     expect(conv_weight.shape[0] == conv_dim, "conv_weight",
            f"conv_dim = {conv_dim} rows (mixed_qkv.shape[1])", f"shape {list(conv_weight.shape)}")
     expect(K_MIN <= K <= K_MAX, "conv_weight",
-           f"a conv window K = conv_weight.shape[1] in {K_MIN}..{K_MAX} (the widths causal-conv1d supports)", K)
+           f"a conv window K = conv_weight.shape[1] in {K_MIN}..{K_MAX} (the widths "
+           f"causal-conv1d supports)", K)
     expect_shape(conv_state, "conv_state", (B, conv_dim, K))
     expect_dtype(mixed_qkv, "mixed_qkv", nl.bfloat16)
     expect_dtype(conv_weight, "conv_weight", nl.float32)
     expect_dtype(conv_state, "conv_state", nl.bfloat16)
 
     conv_out = nl.ndarray((B, conv_dim), nl.bfloat16, buffer=nl.shared_hbm, name="conv_out")
-    new_state = nl.ndarray((B, conv_dim, K), nl.bfloat16, buffer=nl.shared_hbm, name="new_conv_state")
+    new_state = nl.ndarray((B, conv_dim, K), nl.bfloat16, buffer=nl.shared_hbm,
+                           name="new_conv_state")
     conv1d_decode_hbm(conv_out, new_state, mixed_qkv, conv_weight, conv_state)
     return conv_out, new_state
 

@@ -290,7 +290,7 @@ def gated_delta_rule_hbm(new_state, q, k, v, a, b, A_log, dt_bias, recurrent_sta
 
 
 def check_delta_rule_inputs(q, k, v, a, b, A_log, dt_bias, recurrent_state):
-    """The stage's input contract (shapes, dims <= 128, dtypes); ValueError naming the argument."""
+    """The stage's input contract (shapes, dims <= 128, dtypes); AssertionError naming the argument."""
     expect_rank(q, "q", 3)
     B, nv, dk = q.shape
     expect(dk <= PMAX, "q", f"head_k_dim q.shape[2] <= {PMAX} (q and k hold dk on partitions)", dk)
@@ -338,7 +338,7 @@ def gated_delta_rule_kernel(q, k, v, a, b, A_log, dt_bias, recurrent_state):
         new_state (nl.ndarray): [B, nv, dk, dv] @ shared HBM, fp32, a new tensor.
 
     Notes:
-        - Rejects (ValueError naming the argument): wrong ranks or shapes (k as q; v, a, b, A_log,
+        - Rejects (AssertionError naming the argument): wrong ranks or shapes (k as q; v, a, b, A_log,
           dt_bias and recurrent_state consistent with q's B, nv, dk and v's dv), dk, dv or
           nv > 128, dtypes other than the above.
         - q, k, v, a, b load as rows and are transposed to channel-major on chip

@@ -1,8 +1,7 @@
 """The fused GDN decode step, `gdn_block_tkg`: the five stages in one kernel, intermediates on chip.
 
-hidden goes in once; every activation after it (the projections, the conv window, q, k, v, the gates,
-the delta-rule output) stays in SBUF, channel-major; HBM sees only the weights, the two states and
-the output. The stages are their building blocks, called as they are:
+hidden goes in once; every activation after it stays in SBUF, channel-major; HBM sees only the
+weights, the two states and the output. The stages' building blocks, called as they are:
 
   load_hidden_T, project_columns      stage 1 (in_proj), straight into per-head channel tiles
   conv1d_decode_channels              stage 2 (conv1d decode), per channel group
@@ -10,10 +9,9 @@ the output. The stages are their building blocks, called as they are:
   gated_delta_rule_block              stage 4
   rmsnorm_gated_tile                  stage 5
 
-It is composition step 5 (z projected after the recurrence when its weights outweigh the state
-stream, so they load while the conv and the delta rule compute) and, as gdn_block_tkg[2], step 6:
-value heads split between the two NeuronCores of an LNC=2 launch grid. Steps 3 and 4 are the same
-body with one switch each (kernels/steps.py).
+It is composition step 5 and, as gdn_block_tkg[2], step 6 (value heads split between the two
+NeuronCores of an LNC=2 launch grid). Steps 3 and 4 are the same body with one switch each
+(kernels/steps.py); the composition chapters of the book explain each step.
 """
 import nki
 import nki.isa as nisa
@@ -23,10 +21,10 @@ from .checks import expect
 from .conv1d_decode import conv1d_decode_channels
 from .gated_delta_rule import gated_delta_rule_block
 from .gqa_repeat import gqa_repeat
-from .gdn_block_checks import block_dims
+from .gdn_block_checks import block_dims, check_block_dtypes
 from .in_proj import load_hidden_T, project_columns
 from .layout import store_rows
-from .rmsnorm_gated import rmsnorm_gated_tile
+from .rmsnorm_gated import load_norm_weight, rmsnorm_gated_tile
 
 # SBUF per partition the fused kernel's activations may take: the rest of the 224 KiB holds the
 # delta rule's state ring (64 KiB) and the stages' temporaries (checked with nkicpu's capacity
@@ -37,7 +35,7 @@ ACTIVATION_SBUF_BYTES = 120 * 1024
 @nki.jit
 def gdn_block_tkg(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log, dt_bias,
                   norm_weight, recurrent_state):
-    """One decode step of a Qwen3.5 / Qwen3-Next gated delta-net layer, hidden to RMSNormGated output.
+    """One decode step of a Qwen3.5 / Qwen3-Next gated delta-net layer, hidden to RMSNormGated out.
 
     Dimensions:
         B: batch; H: hidden size (a multiple of 128); nk, nv: key and value heads (nv a multiple of
@@ -63,19 +61,13 @@ def gdn_block_tkg(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_st
         recurrent_state: [B, nv, dk, dv] @ shared HBM, fp32, the new state (a new tensor).
 
     Notes:
-        - All dims come from the shapes (gdn_block_checks.block_dims, which rejects bad input with
-          a ValueError naming the argument). Inputs are never written.
-        - in_proj writes q | k as 2 * nk tiles of dk channels, v and z as nv tiles of dv channels,
-          a and b as [nv, B]: the layouts the conv and the per-head stages read, no reshuffle.
-        - The delta rule takes q, k with the nk key heads; value head h reads key head h // G
-          through a view, so the GQA expansion costs nothing.
-        - Launch it as gdn_block_tkg[2] for an LNC=2 logical core: program c handles value heads
-          c * nv / 2 .. (c + 1) * nv / 2 - 1 and the key heads they read, and streams only their v
-          and z weight columns; q | k, a and b are projected whole on both (their per-program
-          column slices would be sub-512 B weight runs). Needs nv even.
-        - Constraints: nv <= 128, dk, dv <= 128, K in 2..4, and a batch whose activations fit on chip:
-          2 * B * (4 * nk + 5 * nv + H / 128) <= 120 KiB per partition (B <= 256 at Qwen3-Next-80B
-          TP1, the largest shard; every activation of the batch stays in SBUF).
+        - All dims come from the shapes (gdn_block_checks.block_dims); a bad argument fails an
+          assert naming it. Inputs are never written.
+        - Every activation stays in SBUF, channel-major; value head h reads key head h // G, so
+          the GQA expansion is free.
+        - gdn_block_tkg[2] (LNC=2) splits the value heads between the two programs; needs nv even.
+        - The batch's activations must fit on chip: 2 * B * (4 * nk + 5 * nv + H / 128) bytes
+          per partition <= ACTIVATION_SBUF_BYTES.
 
     Pseudocode:
         mixed_qkv, z, a, b = hidden @ W_in_qkv, hidden @ W_in_z, hidden @ W_in_a, hidden @ W_in_b
@@ -84,53 +76,52 @@ def gdn_block_tkg(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_st
         o, recurrent_state = gated_delta_rule(q, k, v, a, b, A_log, dt_bias, recurrent_state)
         out = rmsnorm_gated(o, z, norm_weight)
     """
-    return gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log, dt_bias,
-                      norm_weight, recurrent_state, gqa_by_index=True, place_z=True)
+    return gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state,
+                          A_log, dt_bias, norm_weight, recurrent_state, gqa_by_index=True,
+                          place_z=True)
 
 
-def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log, dt_bias, norm_weight,
-               recurrent_state, gqa_by_index, place_z):
+def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
+                   dt_bias, norm_weight, recurrent_state, gqa_by_index, place_z):
     """The fused body; the two switches are composition steps 4 and 5 (kernels/steps.py).
 
-    Launched on an LNC grid (kernel[2]), program c takes value heads h0 .. h1 - 1 (nv / 2 each) and
-    the key heads they read; both load hidden. Every HBM write of a program is its own heads'
-    slice, except the conv state of a key head both programs read (nk odd), written twice with the
-    same values.
+    On an LNC grid each program takes its value heads and the key heads they read
+    (`program_heads`); every HBM write is its own heads' slice, except the conv state of a key
+    head both programs read (nk odd), written twice with the same values.
     """
-    d = block_dims(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log, dt_bias,
-                   norm_weight, recurrent_state)
-    B, nk, nv, dk, dv = d.B, d.nk, d.nv, d.dk, d.dv
+    B, H, nk, nv, dk, dv, K = block_dims(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight,
+                                         conv_state, A_log, dt_bias, norm_weight, recurrent_state)
+    check_block_dtypes(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
+                       dt_bias, norm_weight, recurrent_state)
+    pmax = nl.tile_size.pmax
     G = nv // nk
-    act_bytes = 2 * B * (4 * nk + 5 * nv + d.H // 128)   # bf16 activations per partition, all kept on chip
-    expect(act_bytes <= ACTIVATION_SBUF_BYTES, "hidden",
-           f"a batch whose on-chip activations, 2 * B * (4 * nk + 5 * nv + H / 128) bytes per partition, fit "
-           f"{ACTIVATION_SBUF_BYTES // 1024} KiB beside the state stream (B <= "
-           f"{ACTIVATION_SBUF_BYTES // (2 * (4 * nk + 5 * nv + d.H // 128))} here)", f"B = {B}")
-    n, c = (nl.num_programs(axes=0), nl.program_id(axis=0)) if nl.program_ndim() else (1, 0)
-    expect(nv % n == 0, "recurrent_state", f"num_v_heads a multiple of the {n} programs of the launch grid", nv)
-    nh = nv // n
-    h0, h1 = c * nh, (c + 1) * nh                    # this program's value heads
-    k0, k1 = h0 // G, (h1 - 1) // G + 1              # and the key heads they read
+    key_dim = nk * dk
+    per_token = 2 * (4 * nk + 5 * nv + H // pmax)    # bf16 activation bytes per partition
+    expect(B * per_token <= ACTIVATION_SBUF_BYTES, "hidden",
+           f"a batch whose on-chip activations, 2 * B * (4 * nk + 5 * nv + H / 128) bytes per "
+           f"partition, fit {ACTIVATION_SBUF_BYTES // 1024} KiB beside the state stream "
+           f"(B <= {ACTIVATION_SBUF_BYTES // per_token} here)", f"B = {B}")
+    h0, h1, k0, k1 = program_heads(nv, G)
+    nh = h1 - h0
     nkh = k1 - k0
-    # place_z: project z after the recurrence when the state stream (read + write) is under half its
-    # weights, so they fill the DMA queues while the delta rule computes; with more state the
-    # recurrence keeps the queues busy itself and z goes first (the modeled profiles of the sweep
-    # put the break-even between B = 1 and B = 8 at Qwen3.5-27B TP8).
-    z_last = place_z and 2 * (2 * B * nh * dk * dv * 4) < d.H * nh * dv * 2
-    out = nl.ndarray((B, 1, d.value_dim), nl.bfloat16, buffer=nl.shared_hbm, name="out")
-    new_conv_state = nl.ndarray((B, d.conv_dim, d.K), nl.bfloat16, buffer=nl.shared_hbm, name="new_conv_state")
-    new_recurrent_state = nl.ndarray((B, nv, dk, dv), nl.float32, buffer=nl.shared_hbm, name="new_recurrent_state")
+    # place_z: project z after the recurrence when the state stream (read + write) is under half
+    # its weights, so that they fill the DMA queues while the delta rule computes.
+    z_last = place_z and 2 * (2 * B * nh * dk * dv * 4) < H * nh * dv * 2
+    out = nl.ndarray((B, 1, nv * dv), nl.bfloat16, buffer=nl.shared_hbm, name="out")
+    new_conv_state = nl.ndarray((B, 2 * key_dim + nv * dv, K), nl.bfloat16, buffer=nl.shared_hbm,
+                                name="new_conv_state")
+    new_recurrent_state = nl.ndarray((B, nv, dk, dv), nl.float32, buffer=nl.shared_hbm,
+                                     name="new_recurrent_state")
 
     # stage 1: hidden once, then each projection straight into the tiles the next stage reads
-    # (a and b first: the gates need them; z at the end if z_last). q | k, a and b are
-    # projected whole on every program: a program's slice of their columns would be weight-row runs
-    # shorter than 512 B, which the DMAs move at a fraction of their bandwidth.
-    hidden_T = load_hidden_T(nl.ndarray((128, B, d.H // 128), nl.bfloat16, name="hidden_T"), hidden)
+    # (a and b first: the gates need them). q | k, a and b are projected whole on every program:
+    # a program's slice of their columns would be weight-row runs shorter than 512 B.
+    hidden_T = load_hidden_T(nl.ndarray((pmax, B, H // pmax), nl.bfloat16, name="hidden_T"), hidden)
     a = _heads_of(_projected((nv, B), hidden_T, W_in_a, "a"), h0, nh, "a_heads")
     b = _heads_of(_projected((nv, B), hidden_T, W_in_b, "b"), h0, nh, "b_heads")
-    qk = _projected((dk, 2, nk, B), hidden_T, W_in_qkv, "qk_proj")            # q heads, then k heads
+    qk = _projected((dk, 2, nk, B), hidden_T, W_in_qkv, "qk_proj")          # q heads, then k heads
     v = nl.ndarray((dv, nh, B), nl.bfloat16, name="v_proj")
-    project_columns(v, hidden_T, W_in_qkv, col0=2 * d.key_dim + h0 * dv)
+    project_columns(v, hidden_T, W_in_qkv, col0=2 * key_dim + h0 * dv)
     z = nl.ndarray((dv, nh, B), nl.bfloat16, name="z")
     if not z_last:
         project_columns(z, hidden_T, W_in_z, col0=h0 * dv)
@@ -138,19 +129,22 @@ def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
     # stage 2: the conv window of this program's q and k heads (dk-channel tiles) and v heads (dv)
     qk_c = nl.ndarray((dk, 2, nkh, B), nl.bfloat16, name="qk_conv")
     if nkh == nk:   # every key head: q | k are one contiguous channel range
-        conv1d_decode_channels(qk_c.reshape((dk, 2 * nk, B)), new_conv_state, qk.reshape((dk, 2 * nk, B)),
-                               conv_weight, conv_state, c0=0)
+        conv1d_decode_channels(qk_c.reshape((dk, 2 * nk, B)), new_conv_state,
+                               qk.reshape((dk, 2 * nk, B)), conv_weight, conv_state, c0=0)
     else:
         for i in range(2):
-            conv1d_decode_channels(qk_c[:, i], new_conv_state, qk[:, i, k0:k1], conv_weight, conv_state,
-                                   c0=i * d.key_dim + k0 * dk)
+            conv1d_decode_channels(qk_c[:, i], new_conv_state, qk[:, i, k0:k1], conv_weight,
+                                   conv_state, c0=i * key_dim + k0 * dk)
     v_c = nl.ndarray((dv, nh, B), nl.bfloat16, name="v_conv")
-    conv1d_decode_channels(v_c, new_conv_state, v, conv_weight, conv_state, c0=2 * d.key_dim + h0 * dv)
+    conv1d_decode_channels(v_c, new_conv_state, v, conv_weight, conv_state,
+                           c0=2 * key_dim + h0 * dv)
 
-    # stage 3: key heads as they are (value head h reads key head h // G) or copied to the value heads
-    q, k = qk_c[:, 0], qk_c[:, 1]
-    if not (gqa_by_index and h0 % G == 0 and nh % G == 0):
-        q, k = _value_heads(q, h0, nh, G, "q_rep"), _value_heads(k, h0, nh, G, "k_rep")
+    # stage 3: key heads as they are (value head h reads key head h // G) or copied to value heads
+    q = qk_c[:, 0]
+    k = qk_c[:, 1]
+    if not (gqa_by_index and _whole_groups(h0, nh, G)):
+        q = _value_heads(q, h0, nh, G, "q_rep")
+        k = _value_heads(k, h0, nh, G, "k_rep")
 
     # stage 4: the recurrence of this program's heads
     A_sb = nl.ndarray((nh, 1), nl.float32, name="A_log")
@@ -164,12 +158,27 @@ def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
         project_columns(z, hidden_T, W_in_z, col0=h0 * dv)
 
     # stage 5, then the only activation store: each token's row of this program's heads
-    w_sb = nl.ndarray((dv, 1), nl.float32, name="norm_weight")
-    nisa.dma_copy(w_sb, norm_weight.reshape((dv, 1)))
     y = nl.ndarray((dv, nh, B), nl.bfloat16, name="y")
-    rmsnorm_gated_tile(y, o, z, w_sb)
+    rmsnorm_gated_tile(y, o, z, load_norm_weight(norm_weight))
     store_rows(out[:, 0, h0 * dv:h1 * dv], y)
     return out, new_conv_state, new_recurrent_state
+
+
+def program_heads(nv, G):
+    """(h0, h1, k0, k1): the value heads h0 .. h1 - 1 of this program of the launch grid (all of
+    them without a grid) and the key heads k0 .. k1 - 1 they read (value head h reads h // G)."""
+    n = nl.num_programs(axes=0)
+    expect(nv % n == 0, "recurrent_state",
+           f"num_v_heads a multiple of the {n} programs of the launch grid", nv)
+    nh = nv // n
+    h0 = nl.program_id(axis=0) * nh
+    h1 = h0 + nh
+    return h0, h1, h0 // G, (h1 - 1) // G + 1
+
+
+def _whole_groups(h0, nh, G):
+    """Whether value heads h0 .. h0 + nh - 1 are whole GQA groups (G heads per key head)."""
+    return h0 % G == 0 and nh % G == 0
 
 
 def _projected(shape, hidden_T, W, name):
@@ -181,8 +190,9 @@ def _projected(shape, hidden_T, W, name):
 
 
 def _heads_of(t, h0, nh, name):
-    """Rows h0 .. h0 + nh - 1 of a [heads, B] tile as a tile of their own (an SBUF -> SBUF DMA: a
-    compute engine may not start at an arbitrary partition); the tile itself when it is all of them."""
+    """Rows h0 .. h0 + nh - 1 of a [heads, B] tile as a tile of their own (an SBUF -> SBUF DMA:
+    a compute engine may not start at an arbitrary partition); the tile itself when it is all of
+    them."""
     if nh == t.shape[0]:
         return t
     rows = nl.ndarray((nh, t.shape[1]), t.dtype, name=name)
@@ -195,7 +205,7 @@ def _value_heads(key_tile, h0, nh, G, name):
     on-chip gqa_repeat when the range holds whole groups, else one stride-0 copy per key head."""
     d, nkh, B = key_tile.shape
     dst = nl.ndarray((d, nh, B), key_tile.dtype, name=name)
-    if h0 % G == 0 and nh % G == 0:
+    if _whole_groups(h0, nh, G):
         gqa_repeat(dst, key_tile)
         return dst
     for j in range(nkh):

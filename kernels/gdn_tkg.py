@@ -42,7 +42,7 @@ def gdn_tkg(q, k, v, a, b, z, A_log, dt_bias, norm_weight, recurrent_state):
         recurrent_state: [B, nv, dk, dv] @ shared HBM, fp32, the new state (a new tensor).
 
     Notes:
-        - Rejects (ValueError naming the argument) what either stage kernel rejects, and z not
+        - Rejects (AssertionError naming the argument) what either stage kernel rejects, and z not
           [B, value_dim] bf16, norm_weight not [dv] fp32.
         - o is rounded to bf16 once, as the stage-4 kernel stores it, so the result equals the two
           stage kernels run back to back.

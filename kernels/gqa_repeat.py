@@ -135,7 +135,7 @@ def gqa_repeat_kernel(conv_out, num_k_heads, head_k_dim, head_v_dim):
         - conv_out's shape alone cannot tell nk, dk and dv apart (a conv_dim has many
           decompositions), so they are explicit compile-time integer arguments; nv follows.
           The fused kernel needs none: it reads dk, dv, nv from recurrent_state and A_log.
-        - Rejects (ValueError naming the argument): conv_out not 2-d or not bf16; nk, dk, dv not
+        - Rejects (AssertionError naming the argument): conv_out not 2-d or not bf16; nk, dk, dv not
           positive ints; dk or dv > 128 (a head is one partition tile in the fused kernel);
           conv_dim - 2*nk*dk not a positive multiple of dv; nv not a multiple of nk.
         - HBM to HBM, no SBUF: 2*G + 1 DMAs (G each for q and k through `gqa_repeat`, one for v),

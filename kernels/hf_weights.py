@@ -2,8 +2,8 @@
 
 Plain PyTorch/NumPy, no NKI (like kernels/reference.py). `gdn_weights(module)` takes a
 `Qwen3_5GatedDeltaNet` or `Qwen3NextGatedDeltaNet` (transformers `modeling_qwen3_5.py` /
-`modeling_qwen3_next.py`) and returns the kernel's eight weight arguments. The two layouts
-(reference/gdn-math.md §1.0):
+`modeling_qwen3_next.py`) and returns the kernel's eight weight arguments. The two layouts (the
+book's GDN chapter, book/gdn/math.md, "1. in_proj"):
 
 - Qwen3.5: four separate bias-free projections `in_proj_qkv | in_proj_z | in_proj_a | in_proj_b`;
   the kernel's weights are their transposes, no reordering.
@@ -11,8 +11,8 @@ Plain PyTorch/NumPy, no NKI (like kernels/reference.py). `gdn_weights(module)` t
   interleaved per key-head group g: [q_g (dk) | k_g (dk) | v_g (G*dv) | z_g (G*dv)] and
   [b_g (G) | a_g (G)] (b first). They are de-interleaved once, here, into q | k | v, z, a, b.
 
-The conv1d weight is already in q | k | v channel order in both models (§1.0: HF convolves
-cat(query, key, value)); `[conv_dim, 1, K]` is squeezed to `[conv_dim, K]` (§1.1).
+The conv1d weight is already in q | k | v channel order in both models (transformers convolves
+cat(query, key, value)); `[conv_dim, 1, K]` is squeezed to `[conv_dim, K]`.
 """
 import torch
 
@@ -42,7 +42,7 @@ def gdn_weights(module):
         ValueError naming what is missing or mis-shaped when the module is neither layout.
 
     Notes:
-        - Qwen3-Next's fused projections are de-interleaved per gdn-math.md §1.0: value head
+        - Qwen3-Next's fused projections are de-interleaved per key-head group: value head
           h = g * G + j belongs to key-head group g, in the same order as HF's
           `fix_query_key_value_ordering`.
         - Weights are rounded to the kernel's dtypes: projections to bf16, the rest to fp32
@@ -96,7 +96,7 @@ def gdn_weights(module):
 
 def _deinterleave(w_qkvz, w_ba, nk, nv, dk, dv):
     """Qwen3-Next's per-group [q_g | k_g | v_g | z_g] and [b_g | a_g] rows -> (qkv, z, a, b) rows in
-    the q | k | v, head-major order of Qwen3.5 (gdn-math.md §1.0)."""
+    the q | k | v, head-major order of Qwen3.5 (transformers' `fix_query_key_value_ordering`)."""
     G, H = nv // nk, w_qkvz.shape[-1]
     if w_qkvz.shape != (nk * (2 * dk + 2 * G * dv), H) or w_ba.shape != (2 * nv, H):
         raise ValueError(f"in_proj_qkvz / in_proj_ba should be [{nk * (2 * dk + 2 * G * dv)}, H] / [{2 * nv}, H], "

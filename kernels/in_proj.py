@@ -8,44 +8,28 @@ Building blocks (plain functions the fused kernel calls):
 Entry point:
   in_proj_kernel(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b) -> mixed_qkv, z, a, b   (HBM -> HBM)
 
-hidden^T is the stationary matmul operand ([128, B]: one contraction tile of 128 hidden features)
-and the weight streams through TensorE as the moving one ([128, <= 512 columns]), as the NKI
-library's qkv_tkg does: each matmul writes a row-major [B, 512] fp32 PSUM bank, accumulated over
-the H / 128 contraction tiles, so N output channels take (H / 128) * ceil(N / 512) matmuls. The
-other orientation (a [128, 128] weight block stationary, hidden moving) takes four times as many,
-and a decode matmul with B moving columns is not much cheaper than one with 512: in the trn2 cost
-model calibrated on measurements, a matmul loads its K stationary rows, then streams its moving
-columns, and costs at least 0.14 us (nkicpu/costs.py: LOAD_STATIONARY_CYCLES_PER_ROW,
-TENSOR_FLOOR_US): 0.14 us per 128 channels one way, 0.27 us per 512 this way. That made the other
-orientation TensorE-bound; this one stays under the weight stream. (The documented peak figures,
-with LoadStationary hidden, favour the other orientation, but there both are under the stream.)
-
-Row-major results go to HBM as they are (the standalone stage has no transposes). The
-channel-major layout the conv1d and the per-head stages read comes from TensorE transposes of
-[B, P] blocks of the fp32 sums (`project_columns`). Decode projections are bound by the weight
-stream from HBM: each weight is read once, in large contiguous DMAs, into buffers allocated per
-chunk so that the next chunk loads while TensorE consumes this one.
+hidden^T is the stationary matmul operand ([128, B]) and the weight streams through TensorE as the
+moving one ([128, <= 512 columns]), as the NKI library's qkv_tkg does: N output channels take
+(H / 128) * ceil(N / 512) matmuls, a quarter of the other orientation's (stage 1's chapter,
+stages/01_in_proj.ipynb, compares the two). Decode projections are bound by the weight stream:
+each weight is read once, in large contiguous DMAs, into buffers allocated per chunk so that the
+next chunk loads while TensorE consumes this one.
 """
 import nki
 import nki.isa as nisa
 import nki.language as nl
 
 from .checks import expect, expect_dtype, expect_multiple, expect_rank
-from .layout import load_channel_major
+from .layout import evict, load_channel_major
 
-# trn2 limits: reference/nki-api.md §4.4 (nc_matmul) and §2.7 (PSUM).
-P_MAX = 128                    # partitions: a matmul's contraction tile, its stationary free size (tokens)
-PSUM_BANK_FP32 = 512           # fp32 per partition in one 2 KiB PSUM bank: a matmul's moving free size
-# The DMA guides want >= 2 KiB, ideally >= 4 KiB, contiguous per partition (reference/nki-api.md §4.3).
-# estimate: more buys little (a DMA's ~2 us fixed latency overlaps the transfer ahead of it in its
-# queue) and costs a tail: the queues share the bandwidth, so the last few chunks land together and
-# their matmuls run after the stream. Modeled likely (trn2 cost model) at Qwen3.5-27B TP8, B = 1, this
-# stage / gdn_block_tkg: 16 KiB chunks (2 MiB per DMA) 94.0 / 129.4 us, 4 KiB 89.5 / 110.8 us.
-WEIGHT_DMA_BYTES = 4 * 1024    # at most this many bytes per partition in one weight DMA (or one row)
-# estimate: half of the 8 PSUM banks, so that the next column group can accumulate while this one
-# is evicted, and project_columns' transposes still find a bank.
-ACC_BANKS = 4                  # PSUM banks one column group accumulates in, over all its token chunks
-MAX_BATCH = ACC_BANKS * P_MAX  # chunks of 128 tokens in a group, each with a bank at least
+# At most this many bytes per partition in one weight DMA (or one row): the DMA guides want
+# >= 2 KiB, ideally >= 4 KiB, contiguous per partition; more buys little and costs a tail, as the
+# last chunks of the queues land together (stage 1's chapter).
+WEIGHT_DMA_BYTES = 4 * 1024
+# PSUM banks one column group accumulates in, over all its token chunks: half of the 8, so that
+# the next group can accumulate while this one is evicted and project_columns' transposes find one.
+ACC_BANKS = 4
+MAX_BATCH = ACC_BANKS * nl.tile_size.pmax   # chunks of 128 tokens in a group, a bank each at least
 BF16_BYTES = 2
 
 
@@ -65,24 +49,19 @@ def load_hidden_T(dst, hidden):
         stationary operand of every matmul of that tile).
 
     Notes:
-        - Partition p holds the KT consecutive hidden features p*KT .. p*KT + KT - 1 (h = p*KT + kt,
-          the NKI library's [H0, BxS, H1] layout), so the weight rows one partition contracts are KT
-          consecutive rows of W: a run of KT * N * 2 contiguous bytes (see `project_rows`). The
-          stationary tile hidden_T[:, kt, tokens] reads every KT-th element of dst, as qkv_tkg's
-          hidden_sb[:, :, h1] does in the same layout.
+        - Partition p holds features p*KT .. p*KT + KT - 1 (the NKI library's [H0, BxS, H1]
+          layout, as qkv_tkg), so the weight rows one partition contracts are KT consecutive rows
+          of W: one contiguous run (see `project_rows`).
         - hidden moves as rows (kernels.layout.load_channel_major on the view [B, 128, KT]): one
-          DMA per 128 tokens, a contiguous H * 2 bytes per partition, then KT TensorE transposes
-          of [B, 128] (every KT-th element of the rows: features p*KT + kt) into PSUM, evicted by
-          one tensor_copy per bank. A DMA straight into [128, B, KT] would move B * 128 runs of
-          KT * 2 bytes (80 B at H = 5120), each a DMA descriptor.
+          DMA per 128 tokens, then KT TensorE transposes, not B * 128 runs of KT * 2 bytes.
 
     Pseudocode:
         dst[p, b, kt] = hidden[b, 0, p * KT + kt]
     """
     B, _, H = hidden.shape
-    KT = H // P_MAX
-    # Rows [B, 128, KT] (feature p*KT + kt of token b at [b, p, kt]) into dst viewed as [128, 1, B, KT].
-    load_channel_major(dst.expand_dim(1), hidden.reshape((B, P_MAX, KT)))
+    pmax = nl.tile_size.pmax
+    # Rows [B, 128, KT] (feature p*KT + kt of token b at [b, p, kt]) into dst as [128, 1, B, KT].
+    load_channel_major(dst.expand_dim(1), hidden.reshape((B, pmax, H // pmax)))
     return dst.permute((0, 2, 1))
 
 
@@ -106,21 +85,14 @@ def project_rows(dst, hidden_T, W, col0=0):
         None; dst holds the projection.
 
     Notes:
-        - hidden_T[:, kt, chunk] stationary ([128, <= 128 tokens]), weight rows moving
-          ([128, <= 512 columns]): each nc_matmul writes a [tokens, 512] fp32 PSUM bank, the H/128
-          contraction tiles accumulate in it (accumulate=False on the first, True after). Per
-          column group and chunk of 128 tokens: KT * ceil(width / 512) matmuls.
-        - Columns go in groups whose accumulators fit ACC_BANKS PSUM banks over all token chunks
-          (2048 columns for B <= 128). A group's weight rows stream once, in balanced row chunks
-          [128, g, width] of at most WEIGHT_DMA_BYTES per partition (g consecutive rows
-          h = p*KT + kt): one contiguous HBM run per partition when the group spans all of W's
-          columns, else g runs of width * 2 bytes. Every token chunk uses the chunk while it is
-          on chip, so B > 128 does not read the weight twice.
-        - Each weight chunk, accumulator and staging buffer is allocated inside its loop, so the
-          scheduler can load the next chunk while TensorE consumes this one.
-        - One tensor_copy per PSUM bank (alternately VectorE and ScalarE) rounds the fp32 sums to
-          dst's dtype. For an HBM dst they go to an SBUF staging tile, and the rows of a group
-          leave in one DMA per token chunk, one contiguous HBM run per token.
+        - hidden_T[:, kt, chunk] stationary ([128, <= 128 tokens]), weight rows moving ([128,
+          <= 512 columns]); the KT contraction tiles accumulate in one fp32 PSUM bank.
+        - Columns go in groups whose accumulators fit ACC_BANKS banks over all token chunks. A
+          group's weight rows stream once, in balanced row chunks of at most WEIGHT_DMA_BYTES per
+          partition, each used by every token chunk while on chip; buffers are allocated inside
+          their loops, so the next chunk loads while TensorE consumes this one.
+        - One eviction per PSUM bank (`kernels.layout.evict`) rounds the sums to dst's dtype;
+          an HBM dst gets them through an SBUF staging tile, one DMA per group and token chunk.
 
     Pseudocode:
         acc = np.zeros((B, n), np.float32)
@@ -157,19 +129,12 @@ def project_columns(dst, hidden_T, W, col0=0):
         None; dst holds the projection.
 
     Notes:
-        - The matmuls and weight DMAs are `project_rows`'s (hidden stationary, weight moving,
-          groups of whole P-channel tiles within ACC_BANKS PSUM banks). A group's fp32 sums
-          are evicted row-major into SBUF, [tokens, width] fp32 (exact), and TensorE turns each
-          [tokens, P] block around (nc_transpose) into PSUM, [P, tokens] fp32, packed as many as
-          fit a bank; one tensor_copy per bank writes them into dst, rounding once. fp32 keeps
-          every PSUM write on whole 4-byte words, for any B (bf16 transposes of one token would
-          start at 2-byte offsets, which the compiler rejects).
-        - Per group and chunk of 128 tokens: one transpose per tile (T per call in all), about one
-          eviction per PSUM bank before them and one per bank after.
-        - For the fused kernel: per head, call with dst [dk, n_heads, B] and col0 at the first
-          head's channel (P = dk); for a / b, dst [nv, B]. A column range narrower than W gives
-          weight runs of (its width) * 2 bytes per row; project whole weights where the layout
-          allows.
+        - The matmuls and weight DMAs are `project_rows`'s. A group's sums are evicted row-major
+          in fp32 (exact), then TensorE transposes each [tokens, P] block into PSUM in fp32 (whole
+          4-byte words for any B) and one eviction per bank writes dst, rounding once.
+        - For the fused kernel: per head, dst [dk, n_heads, B] with col0 at the first head's
+          channel (P = dk); for a / b, dst [nv, B]. A column range narrower than W gives weight
+          runs of (its width) * 2 bytes per row: project whole weights where the layout allows.
 
     Pseudocode:
         acc = np.zeros((B, T * P), np.float32)
@@ -181,7 +146,8 @@ def project_columns(dst, hidden_T, W, col0=0):
     if len(dst.shape) == 2:
         dst = dst.expand_dim(1)
     P, T, B = dst.shape
-    expect(P <= P_MAX, "dst", f"at most {P_MAX} partitions (channels per tile)", P)
+    pmax = nl.tile_size.pmax
+    expect(P <= pmax, "dst", f"at most {pmax} partitions (channels per tile)", P)
     W3 = _weight_view(W, hidden_T, dst, 2, col0, T * P, f"{T}*{P}")
     chunks = _token_chunks(B)
     tiles = _group_columns(B, P) // P
@@ -193,23 +159,27 @@ def _weight_view(W, hidden_T, dst, batch_dim, col0, n, n_text):
     """Check a building block's operands: dst's batch in dim `batch_dim`, columns col0 .. col0 + n
     (n_text) of W. Returns W viewed as [128, KT, N]: W3[p, kt, c] = W[p*KT + kt, c]."""
     H, N = W.shape
-    KT = H // P_MAX
+    pmax = nl.tile_size.pmax
+    KT = H // pmax
     B = hidden_T.shape[2]
-    expect(H % P_MAX == 0 and hidden_T.shape[0] == P_MAX and hidden_T.shape[1] == KT, "hidden_T",
+    expect(H % pmax == 0 and hidden_T.shape[0] == pmax and hidden_T.shape[1] == KT, "hidden_T",
            f"shape [128, H/128, B] for W's H = {H}", list(hidden_T.shape))
     where = "first" if batch_dim == 0 else "last"
-    expect(dst.shape[batch_dim] == B, "dst", f"batch {B} (of hidden_T) in its {where} dim", list(dst.shape))
-    expect(0 <= col0 and col0 + n <= N, "col0", f"columns col0 .. col0 + {n_text} inside W's {N} columns", col0)
-    expect(B <= MAX_BATCH, "dst", f"batch B <= {MAX_BATCH} (chunks of 128 tokens, each accumulating in its own "
-                                  f"PSUM bank)", B)
-    return W.reshape((P_MAX, KT, N))
+    expect(dst.shape[batch_dim] == B, "dst", f"batch {B} (of hidden_T) in its {where} dim",
+           list(dst.shape))
+    expect(0 <= col0 and col0 + n <= N, "col0",
+           f"columns col0 .. col0 + {n_text} inside W's {N} columns", col0)
+    expect(B <= MAX_BATCH, "dst", f"batch B <= {MAX_BATCH} (chunks of 128 tokens, each "
+                                  f"accumulating in its own PSUM bank)", B)
+    return W.reshape((pmax, KT, N))
 
 
 def _token_chunks(B):
     """(first token, tokens) of the chunks of at most 128 tokens: the stationary free size."""
     chunks = []
-    for b0 in range(0, B, P_MAX):
-        chunks.append((b0, min(P_MAX, B - b0)))
+    pmax = nl.tile_size.pmax
+    for b0 in range(0, B, pmax):
+        chunks.append((b0, min(pmax, B - b0)))
     return chunks
 
 
@@ -217,7 +187,7 @@ def _group_columns(B, P):
     """Columns of one group: whole P-channel tiles whose accumulators, ACC_BANKS // (token chunks)
     banks per chunk, fit ACC_BANKS PSUM banks."""
     banks = ACC_BANKS // len(_token_chunks(B))
-    return banks * PSUM_BANK_FP32 // P * P
+    return banks * nl.tile_size.psum_fmax // P * P
 
 
 def _accumulate(hidden_T, W3, c0, width, chunks):
@@ -227,74 +197,80 @@ def _accumulate(hidden_T, W3, c0, width, chunks):
     The weight columns stream once, in row chunks of at most WEIGHT_DMA_BYTES per partition.
     """
     KT = W3.shape[1]
+    fmax = nl.tile_size.psum_fmax
     accs = []
-    for _, bb in chunks:
+    for chunk in chunks:
         banks = []
-        for n0 in range(0, width, PSUM_BANK_FP32):
-            banks.append(nl.ndarray((bb, min(PSUM_BANK_FP32, width - n0)), dtype=nl.float32, buffer=nl.psum))
+        for n0 in range(0, width, fmax):
+            banks.append(nl.ndarray((chunk[1], min(fmax, width - n0)), dtype=nl.float32,
+                                    buffer=nl.psum))
         accs.append(banks)
     # Row chunks of at most WEIGHT_DMA_BYTES per partition, balanced (sizes differ by <= 1 row).
     n_chunks = -(-KT // max(1, min(KT, WEIGHT_DMA_BYTES // (width * BF16_BYTES))))
     for i in range(n_chunks):
         kt0 = i * KT // n_chunks
         g = (i + 1) * KT // n_chunks - kt0
-        w_sb = nl.ndarray((P_MAX, g, width), dtype=W3.dtype, buffer=nl.sbuf)
+        w_sb = nl.ndarray((nl.tile_size.pmax, g, width), dtype=W3.dtype, buffer=nl.sbuf)
         nisa.dma_copy(dst=w_sb, src=W3[:, kt0:kt0 + g, c0:c0 + width])
         for j in range(g):
             kt = kt0 + j
-            for c, banks in enumerate(accs):
+            for c in range(len(accs)):
                 b0, bb = chunks[c]
-                for k, acc in enumerate(banks):
-                    n0 = k * PSUM_BANK_FP32
+                for k in range(len(accs[c])):
+                    acc = accs[c][k]
                     nisa.nc_matmul(dst=acc, stationary=hidden_T[:, kt, b0:b0 + bb],
-                                   moving=w_sb[:, j, n0:n0 + acc.shape[1]], accumulate=(kt > 0))
+                                   moving=w_sb[:, j, k * fmax:k * fmax + acc.shape[1]],
+                                   accumulate=(kt > 0))
     return accs
 
 
+def _evict_banks(dst, banks):
+    """Each PSUM bank of one token chunk into its columns of dst [tokens, width]."""
+    fmax = nl.tile_size.psum_fmax
+    for k in range(len(banks)):
+        evict(dst[:, k * fmax:k * fmax + banks[k].shape[1]], banks[k], k)
+
+
 def _rows_group(dst, hidden_T, W3, c0, chunks):
-    """One column group of `project_rows`: dst [B, width] (SBUF or HBM) = hidden @ W[:, c0:c0 + width]."""
+    """One column group of `project_rows`: dst [B, width] (SBUF or HBM) = hidden @ W[:, c0:c0 +
+    width]."""
     width = dst.shape[1]
     accs = _accumulate(hidden_T, W3, c0, width, chunks)
     to_hbm = nl.is_hbm(dst.buffer)
-    for c, banks in enumerate(accs):
+    for c in range(len(accs)):
         b0, bb = chunks[c]
-        rows = nl.ndarray((bb, width), dtype=dst.dtype, buffer=nl.sbuf) if to_hbm else dst[b0:b0 + bb, :]
-        for k, acc in enumerate(banks):
-            _evict(rows[:, k * PSUM_BANK_FP32:k * PSUM_BANK_FP32 + acc.shape[1]], acc, k)
         if to_hbm:
+            rows = nl.ndarray((bb, width), dtype=dst.dtype, buffer=nl.sbuf)
+            _evict_banks(rows, accs[c])
             nisa.dma_copy(dst=dst[b0:b0 + bb, :], src=rows)
+        else:
+            _evict_banks(dst[b0:b0 + bb, :], accs[c])
 
 
 def _columns_group(dst, hidden_T, W3, c0, chunks):
-    """One column group of `project_columns`: dst [P, nt, B] channel-major, via fp32 row-major sums."""
+    """One column group of `project_columns`: dst [P, nt, B] channel-major, via fp32 row-major
+    sums."""
     P, nt, _ = dst.shape
     width = nt * P
     accs = _accumulate(hidden_T, W3, c0, width, chunks)
-    for c, banks in enumerate(accs):
+    for c in range(len(accs)):
         b0, bb = chunks[c]
         sums = nl.ndarray((bb, width), dtype=nl.float32, buffer=nl.sbuf)     # row-major, exact
-        for k, acc in enumerate(banks):
-            _evict(sums[:, k * PSUM_BANK_FP32:k * PSUM_BANK_FP32 + acc.shape[1]], acc, k)
-        per_bank = PSUM_BANK_FP32 // bb                                      # [P, bb] fp32 transposes
+        _evict_banks(sums, accs[c])
+        per_bank = nl.tile_size.psum_fmax // bb                           # [P, bb] fp32 transposes
         for i0 in range(0, nt, per_bank):
             m = min(per_bank, nt - i0)
             ps = nl.ndarray((P, m, bb), dtype=nl.float32, buffer=nl.psum)
             for i in range(m):
                 t = i0 + i
-                nisa.nc_transpose(dst=ps[:, i, :], data=sums[:, t * P:(t + 1) * P], engine=nisa.engine.tensor)
-            _evict(dst[:, i0:i0 + m, b0:b0 + bb], ps, i0 // per_bank)
-
-
-def _evict(dst, psum, i):
-    """PSUM -> SBUF copy, alternately on VectorE and ScalarE so that two run at once. Both round
-    the same way: a converting copy goes through fp32 to dst's dtype on either engine (the
-    nisa.tensor_copy doc, nki/api/nki/isa/__init__.py)."""
-    engine = nisa.engine.scalar if i % 2 else nisa.engine.vector
-    nisa.tensor_copy(dst=dst, src=psum, engine=engine)
+                nisa.nc_transpose(dst=ps[:, i, :], data=sums[:, t * P:(t + 1) * P],
+                                  engine=nisa.engine.tensor)
+            evict(dst[:, i0:i0 + m, b0:b0 + bb], ps, i0 // per_bank)
 
 
 def in_proj_hbm(outs, hidden, weights):
-    """The stage's HBM -> HBM body: outs[i] [B, N_i] @ HBM = hidden @ weights[i], hidden loaded once.
+    """The stage's HBM -> HBM body: outs[i] [B, N_i] @ HBM = hidden @ weights[i], hidden loaded
+    once.
 
     Called by the standalone entry point (outputs in shared HBM) and by the reference-design fused
     kernel (HBM scratch). The rows go straight to HBM (`project_rows`): no transposes. The
@@ -302,7 +278,9 @@ def in_proj_hbm(outs, hidden, weights):
     projections run while the wide weights stream in, not after the last of them has arrived.
     """
     B, _, H = hidden.shape
-    hidden_T = load_hidden_T(nl.ndarray((P_MAX, B, H // P_MAX), dtype=nl.bfloat16, buffer=nl.sbuf), hidden)
+    pmax = nl.tile_size.pmax
+    hidden_T = load_hidden_T(nl.ndarray((pmax, B, H // pmax), dtype=nl.bfloat16, buffer=nl.sbuf),
+                             hidden)
     for i in range(len(outs) - 1, -1, -1):
         project_rows(outs[i], hidden_T, weights[i])
 
@@ -327,7 +305,7 @@ def in_proj_kernel(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b):
         fp32 accumulation, one rounding to bf16 (as nn.Linear in bf16).
 
     Notes:
-        - Rejected at trace time (ValueError naming the argument): wrong ranks, hidden not
+        - Rejected at trace time (an assertion naming the argument): wrong ranks, hidden not
           [B, 1, H], H not a multiple of 128, B > 512, a weight whose rows are not H, W_in_b not the
           shape of W_in_a, any dtype other than bf16.
         - hidden is loaded once (load_hidden_T) and feeds all four projections; each weight
@@ -345,19 +323,22 @@ def in_proj_kernel(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b):
     expect_rank(hidden, "hidden", 3)
     B, S, H = hidden.shape
     expect(S == 1, "hidden", "one decode token, shape [B, 1, H]", f"shape {list(hidden.shape)}")
-    expect_multiple(H, P_MAX, "hidden", "hidden size H")
-    expect(B <= MAX_BATCH, "hidden", f"batch B <= {MAX_BATCH} (chunks of 128 tokens, each accumulating in its "
-                                     f"own PSUM bank)", B)
+    expect_multiple(H, nl.tile_size.pmax, "hidden", "hidden size H")
+    expect(B <= MAX_BATCH, "hidden", f"batch B <= {MAX_BATCH} (chunks of 128 tokens, each "
+                                     f"accumulating in its own PSUM bank)", B)
     expect_dtype(hidden, "hidden", nl.bfloat16)
     weights = (("W_in_qkv", W_in_qkv), ("W_in_z", W_in_z), ("W_in_a", W_in_a), ("W_in_b", W_in_b))
     for arg, W in weights:
         expect_rank(W, arg, 2)
-        expect(W.shape[0] == H, arg, f"{H} rows (H of hidden), shape [H, N]", f"shape {list(W.shape)}")
+        expect(W.shape[0] == H, arg, f"{H} rows (H of hidden), shape [H, N]",
+               f"shape {list(W.shape)}")
         expect_dtype(W, arg, nl.bfloat16)
-    expect(W_in_b.shape[1] == W_in_a.shape[1], "W_in_b", f"{W_in_a.shape[1]} columns (nv, as W_in_a)",
-           f"shape {list(W_in_b.shape)}")
+    expect(W_in_b.shape[1] == W_in_a.shape[1], "W_in_b",
+           f"{W_in_a.shape[1]} columns (nv, as W_in_a)", f"shape {list(W_in_b.shape)}")
 
-    outs = tuple(nl.ndarray((B, W.shape[1]), dtype=nl.bfloat16, buffer=nl.shared_hbm) for _, W in weights)
-    in_proj_hbm(outs, hidden, tuple(W for _, W in weights))
-    mixed_qkv, z, a, b = outs
+    mixed_qkv = nl.ndarray((B, W_in_qkv.shape[1]), dtype=nl.bfloat16, buffer=nl.shared_hbm)
+    z = nl.ndarray((B, W_in_z.shape[1]), dtype=nl.bfloat16, buffer=nl.shared_hbm)
+    a = nl.ndarray((B, W_in_a.shape[1]), dtype=nl.bfloat16, buffer=nl.shared_hbm)
+    b = nl.ndarray((B, W_in_b.shape[1]), dtype=nl.bfloat16, buffer=nl.shared_hbm)
+    in_proj_hbm((mixed_qkv, z, a, b), hidden, (W_in_qkv, W_in_z, W_in_a, W_in_b))
     return mixed_qkv, z, a, b

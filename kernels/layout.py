@@ -4,8 +4,7 @@ In HBM the activations of the GDN decode step are row-major, [rows, channels]: a
 (or a (token, head) pair's dv channels) are contiguous. On chip every stage works channel-major:
 channels on partitions, rows in the free dim. A DMA whose access pattern does the transpose moves
 one element, 2 bytes, per descriptor (contiguous run), while the DMA guides want 2-4 KiB per
-partition and descriptor for full throughput (reference/nki-api.md §4.3): a descriptor keeps the
-engines about as long as ~2.4 KiB of data, so such a DMA runs at about a thousandth of the rate.
+partition and descriptor for full throughput (the book's NeuronCore chapter, "Descriptors").
 
 Building blocks (plain functions, inlined where they are called):
   load_channel_major(dst, src)   HBM rows src [R, C(, K)] -> SBUF dst [P, T, R(, K)], C = T*P
@@ -20,8 +19,6 @@ import nki.isa as nisa
 
 from .checks import expect, expect_dtype
 
-PMAX = 128                  # partitions: rows (or row pieces) per staging DMA and per transpose
-PSUM_BANK_BYTES = 2048      # one PSUM bank per partition; a TensorE output must fit in one
 MIN_PIECE_BYTES = 2048      # a row is cut over several partitions only into runs at least this long
 
 
@@ -45,27 +42,17 @@ def load_channel_major(dst, src):
         None; dst holds the tile.
 
     Notes:
-        - Each chunk of <= 128 rows is ONE DMA into an SBUF staging tile with rows on partitions,
-          so each partition reads one contiguous HBM run. Few rows would use few partitions, and a
-          DMA gets one DMA engine per 8 partitions: so a row of T tiles is cut into J pieces of
-          T / J whole tiles on J partitions, J the largest divisor of T with rows * J <= 128 and
-          pieces of at least MIN_PIECE_BYTES (2 KiB; J = 1 when rows are short or many). A run is
-          then C * K * itemsize / J bytes: the whole row when J = 1. The DMA's HBM side is the
-          rows viewed as [rows * J, C / J, K], the staging tile's partition count in dim 0 (the
-          compiler rejects a DMA whose sides differ there), so pieces need rows that follow each
-          other in memory; a column slice of wider rows keeps J = 1.
-        - TensorE transposes each [rows * J, P] block (channel tile t of every piece; for K > 1
-          the k-th element of each channel, a stride-K view) into PSUM in src's dtype; the
-          transposes that share a 2 KiB PSUM bank are evicted into dst with one tensor_copy,
-          alternately on VectorE and ScalarE (bit-exact copies; a converting copy stays on
-          VectorE). Per chunk: (T / J) * K transposes and about one eviction per bank.
-        - An odd rows * J of bf16 (B = 1) would write PSUM in half words, which the compiler
-          rejects: then the DMA widens the rows to an fp32 staging tile and the transposes and
-          PSUM are fp32 (exact; the eviction converts back on VectorE, half as many per bank).
-        - SBUF: the staging tile, C * K * itemsize / J bytes per partition (itemsize 4 when fp32).
+        - Per chunk of <= 128 rows: ONE DMA into a staging tile, one contiguous HBM run per
+          partition. Few rows are cut into J pieces of T / J whole tiles (`_pieces`: at least
+          MIN_PIECE_BYTES each, rows * J <= 128), so that they still spread over many DMA
+          engines; a column slice of wider rows keeps J = 1 (`_rows_contiguous`).
+        - Then (T / J) * K TensorE transposes into PSUM and one eviction (`evict`) per bank.
+          An odd rows * J of bf16 would write PSUM in half words, which the compiler rejects:
+          those chunks are staged and transposed in fp32 (exact, `_transpose_dtype`).
+        - SBUF: the staging tile, C * K * itemsize / J bytes per partition.
         - Views the callers use: conv_state [B, C, K] as is; conv_weight [C, K] as src
-          [T, P, K] (tile t a row) into dst [P, 1, T, K]; hidden [B, 1, H] as src
-          [B, 128, H / 128] into dst [128, 1, B, H / 128] (feature h = p * (H / 128) + kt).
+          [T, P, K] into dst [P, 1, T, K]; hidden [B, 1, H] as src [B, 128, H / 128] into dst
+          [128, 1, B, H / 128] (feature h = p * (H / 128) + kt).
 
     Pseudocode:
         for r0 in range(0, R, 128):
@@ -78,25 +65,28 @@ def load_channel_major(dst, src):
     P, T = dst.shape[0], dst.shape[1]
     _check(dst, "dst", src, "src")
     size = _itemsize(src.dtype)
+    pmax = nl.tile_size.pmax
     evictions = 0
-    for r0 in range(0, R, PMAX):
-        rr = min(PMAX, R - r0)
+    for r0 in range(0, R, pmax):
+        rr = min(pmax, R - r0)
         J = _pieces(rr, T, P * K * size) if _rows_contiguous(src) else 1
         TL = T // J
         tdt = _transpose_dtype(src.dtype, rr * J)
-        # partition r * J + j holds piece j of row r0 + r: channels j * TL * P .. (j + 1) * TL * P - 1;
+        # partition r * J + j holds piece j of row r0 + r: channels j*TL*P .. (j + 1)*TL*P - 1;
         # the DMA widens bf16 to fp32 where the transposes need it (exact)
         rows = nl.ndarray((rr * J, TL * P, K), tdt, buffer=nl.sbuf, name="rows_in")
-        nisa.dma_copy(dst=_squeezed(rows), src=_squeezed(src[r0:r0 + rr].reshape((rr * J, TL * P, K))))
+        pieces = src[r0:r0 + rr].reshape((rr * J, TL * P, K))
+        nisa.dma_copy(dst=_squeezed(rows), src=_squeezed(pieces))
         out = dst.reshape_dim(1, (J, TL))[:, :, :, r0:r0 + rr, :]             # [P, J, TL, rr, K]
-        per_bank = PSUM_BANK_BYTES // (rr * J * _itemsize(tdt))               # transposes per bank
+        per_bank = _psum_bank_bytes() // (rr * J * _itemsize(tdt))            # transposes per bank
         for t0, nt, k0, nk in _bank_groups(TL, K, per_bank, tiles_and_k=(J == 1)):
             ps = nl.ndarray((P, nt, nk, rr, J), tdt, buffer=nl.psum, name="rows_in_T")
             for i in range(nt):
                 for k in range(k0, k0 + nk):
                     block = _squeezed(rows[:, (t0 + i) * P:(t0 + i + 1) * P, k])  # [rr * J, P]
-                    nisa.nc_transpose(dst=_squeezed(ps[:, i, k - k0]), data=block, engine=nisa.engine.tensor)
-            _evict(out[:, :, t0:t0 + nt, :, k0:k0 + nk], ps.permute((0, 4, 1, 3, 2)), evictions)
+                    nisa.nc_transpose(dst=_squeezed(ps[:, i, k - k0]), data=block,
+                                      engine=nisa.engine.tensor)
+            evict(out[:, :, t0:t0 + nt, :, k0:k0 + nk], ps.permute((0, 4, 1, 3, 2)), evictions)
             evictions += 1
 
 
@@ -122,20 +112,12 @@ def store_rows(dst, src):
         None; dst holds the rows.
 
     Notes:
-        - Per chunk of <= 128 rows, TensorE transposes [P, rows * J] blocks of src (for K > 1 the
-          k-th element of each channel, a stride-K view) into PSUM, [rows * J, P] in src's dtype;
-          one tensor_copy per PSUM bank (2048 / (P * itemsize) transposes: 8 at P = 128 in bf16)
-          evicts them into an SBUF staging tile in dst's dtype, alternately on VectorE and ScalarE.
-          An odd P of bf16 would write PSUM in half words, which the compiler rejects: then one
-          GpSimd copy first widens the chunk of src to fp32 (exact) and the transposes and PSUM
-          are fp32.
-        - The staging tile then leaves in ONE DMA per chunk of rows, one contiguous HBM run per
-          partition. As in `load_channel_major`, a row of T tiles sits on J partitions in pieces
-          of T / J whole tiles (J the largest divisor of T with rows * J <= 128 and pieces of at
-          least MIN_PIECE_BYTES), so that few rows still spread over many DMA engines; the HBM
-          side is viewed as [rows * J, C / J, K], so J = 1 for a column slice of wider rows.
-        - Per chunk: (T / J) * K transposes, about one eviction per bank, one DMA. SBUF: the
-          staging tile, C * K * itemsize / J bytes per partition.
+        - Per chunk of <= 128 rows: (T / J) * K TensorE transposes into PSUM, one eviction
+          (`evict`) per bank into a staging tile in dst's dtype, then ONE DMA, one contiguous
+          HBM run per partition; rows cut into J pieces as in `load_channel_major`.
+        - An odd P of bf16 would write PSUM in half words, which the compiler rejects: then one
+          GpSimd copy widens the chunk of src to fp32 first (exact).
+        - SBUF: the staging tile, C * K * itemsize / J bytes per partition.
 
     Pseudocode:
         for r0 in range(0, R, 128):
@@ -149,17 +131,18 @@ def store_rows(dst, src):
     P, T = src.shape[0], src.shape[1]
     _check(src, "src", dst, "dst")
     tdt = _transpose_dtype(src.dtype, P)
-    per_bank = PSUM_BANK_BYTES // (P * _itemsize(tdt))                        # transposes per bank
+    per_bank = _psum_bank_bytes() // (P * _itemsize(tdt))                     # transposes per bank
+    pmax = nl.tile_size.pmax
     evictions = 0
-    for r0 in range(0, R, PMAX):
-        rr = min(PMAX, R - r0)
+    for r0 in range(0, R, pmax):
+        rr = min(pmax, R - r0)
         J = _pieces(rr, T, P * K * _itemsize(dst.dtype)) if _rows_contiguous(dst) else 1
         TL = T // J
-        # partition r * J + j holds piece j of row r0 + r: channels j * TL * P .. (j + 1) * TL * P - 1
+        # partition r * J + j holds piece j of row r0 + r: channels j*TL*P .. (j + 1)*TL*P - 1
         rows = nl.ndarray((rr * J, TL * P, K), dst.dtype, buffer=nl.sbuf, name="rows_out")
         by_tile = rows.reshape_dim(1, (TL, P))                                # [rr * J, TL, P, K]
         tiles = src.reshape_dim(1, (J, TL))[:, :, :, r0:r0 + rr, :]           # [P, J, TL, rr, K]
-        if tdt != src.dtype:                      # widen the chunk to fp32 for the transposes (exact)
+        if tdt != src.dtype:              # widen the chunk to fp32 for the transposes (exact)
             wide = nl.ndarray((P, J, TL, rr, K), tdt, buffer=nl.sbuf, name="rows_out_fp32")
             nisa.tensor_copy(dst=_squeezed(wide), src=_squeezed(tiles), engine=nisa.engine.gpsimd)
             tiles = wide
@@ -168,19 +151,24 @@ def store_rows(dst, src):
             for i in range(nt):
                 for k in range(k0, k0 + nk):
                     block = _squeezed(tiles[:, :, t0 + i, :, k].permute((0, 2, 1)))  # [P, rr, J]
-                    nisa.nc_transpose(dst=_squeezed(ps[:, i, k - k0]), data=block, engine=nisa.engine.tensor)
-            _evict(by_tile[:, t0:t0 + nt, :, k0:k0 + nk], ps.permute((0, 1, 3, 2)), evictions)
+                    nisa.nc_transpose(dst=_squeezed(ps[:, i, k - k0]), data=block,
+                                      engine=nisa.engine.tensor)
+            evict(by_tile[:, t0:t0 + nt, :, k0:k0 + nk], ps.permute((0, 1, 3, 2)), evictions)
             evictions += 1
-        nisa.dma_copy(dst=_squeezed(dst[r0:r0 + rr].reshape((rr * J, TL * P, K))), src=_squeezed(rows))
+        pieces = dst[r0:r0 + rr].reshape((rr * J, TL * P, K))
+        nisa.dma_copy(dst=_squeezed(pieces), src=_squeezed(rows))
 
 
 def _with_all_dims(hbm, tile, hbm_arg, tile_arg):
-    """Views with every dim: hbm [R, C, K] (K = 1 if absent), tile [P, T, R, K] (T = 1 if absent)."""
-    expect(len(hbm.shape) in (2, 3), hbm_arg, "HBM rows [R, C] or [R, C, K]", f"shape {list(hbm.shape)}")
+    """Views with every dim: hbm [R, C, K] (K = 1 if absent), tile [P, T, R, K] (T = 1 if
+    absent)."""
+    expect(len(hbm.shape) in (2, 3), hbm_arg, "HBM rows [R, C] or [R, C, K]",
+           f"shape {list(hbm.shape)}")
     if len(hbm.shape) == 2:
         hbm, tile = hbm.expand_dim(2), tile.expand_dim(len(tile.shape))
     expect(len(tile.shape) in (3, 4), tile_arg,
-           "a channel-major tile [P, T, R] or [P, R] ([P, T, R, K] or [P, R, K] for rows [R, C, K])",
+           "a channel-major tile [P, T, R] or [P, R] ([P, T, R, K] or [P, R, K] for rows "
+           "[R, C, K])",
            f"shape {list(tile.shape)}")
     if len(tile.shape) == 3:
         tile = tile.expand_dim(1)
@@ -191,17 +179,19 @@ def _check(tile, tile_arg, hbm, hbm_arg):
     """The tile's partitions, tiles, rows and inner dim against the rows; src bf16 or fp32."""
     P, T = tile.shape[0], tile.shape[1]
     R, C, K = hbm.shape
-    expect(P <= PMAX, tile_arg, f"at most {PMAX} partitions (channels per tile)", P)
+    pmax = nl.tile_size.pmax
+    expect(P <= pmax, tile_arg, f"at most {pmax} partitions (channels per tile)", P)
     expect(tuple(tile.shape[2:]) == (R, K), tile_arg,
            f"[P, T] then {hbm_arg}'s rows and inner dim {[R, K]}", list(tile.shape))
     expect(T * P == C, tile_arg, f"T * P = {C} channels, as the rows of {hbm_arg} hold",
            f"T = {T} tiles of P = {P}")
-    expect_dtype(tile if tile_arg == "src" else hbm, "src", nl.bfloat16, nl.float32)   # transposable
+    # transposable dtypes
+    expect_dtype(tile if tile_arg == "src" else hbm, "src", (nl.bfloat16, nl.float32))
 
 
 def _squeezed(t):
     """The view without size-1 dims after the first, so that access patterns list real dims only."""
-    for d in reversed(range(1, len(t.shape))):
+    for d in range(len(t.shape) - 1, 0, -1):
         if t.shape[d] == 1 and len(t.shape) > 2:
             t = t.squeeze_dim(d)
     return t
@@ -209,6 +199,11 @@ def _squeezed(t):
 
 def _itemsize(dtype):
     return 4 if dtype == nl.float32 else 2
+
+
+def _psum_bank_bytes():
+    """Bytes per partition of one PSUM bank: psum_fmax fp32 elements (2 KiB on trn2)."""
+    return 4 * nl.tile_size.psum_fmax
 
 
 def _transpose_dtype(dtype, n):
@@ -229,9 +224,13 @@ def _rows_contiguous(hbm):
 
 
 def _pieces(rows, T, tile_bytes):
-    """J: pieces a row of T tiles is cut into, J | T, rows * J <= 128, pieces >= MIN_PIECE_BYTES."""
-    return max(J for J in range(1, T + 1)
-               if T % J == 0 and (J == 1 or (rows * J <= PMAX and T // J * tile_bytes >= MIN_PIECE_BYTES)))
+    """J: pieces a row of T tiles is cut into, the largest J | T with rows * J <= 128 partitions
+    and pieces of at least MIN_PIECE_BYTES (1 if none)."""
+    best = 1
+    for J in range(2, T + 1):
+        if T % J == 0 and rows * J <= nl.tile_size.pmax and T // J * tile_bytes >= MIN_PIECE_BYTES:
+            best = J
+    return best
 
 
 def _bank_groups(T, K, per_bank, tiles_and_k):
@@ -240,13 +239,21 @@ def _bank_groups(T, K, per_bank, tiles_and_k):
     Whole tiles while their K transposes fit a bank (only if `tiles_and_k`, or K = 1: an eviction
     then stays within 3 free dims), else a k-range of one tile.
     """
+    groups = []
     if K == 1 or (tiles_and_k and K <= per_bank):
         g = max(1, per_bank // K)
-        return [(t, min(g, T - t), 0, K) for t in range(0, T, g)]
-    return [(t, 1, k, min(per_bank, K - k)) for t in range(T) for k in range(0, K, per_bank)]
+        for t in range(0, T, g):
+            groups.append((t, min(g, T - t), 0, K))
+        return groups
+    for t in range(T):
+        for k in range(0, K, per_bank):
+            groups.append((t, 1, k, min(per_bank, K - k)))
+    return groups
 
 
-def _evict(dst, psum, i):
-    """PSUM -> SBUF copy; bit-exact copies alternate VectorE and ScalarE, so that two run at once."""
-    engine = nisa.engine.scalar if i % 2 and dst.dtype == psum.dtype else nisa.engine.vector
+def evict(dst, psum, i):
+    """The i-th PSUM -> SBUF copy of a run, alternately on VectorE and ScalarE so that two run at
+    once. Both engines copy bit-exactly when the dtypes match and otherwise cast through fp32 to
+    dst's dtype (the nki.isa.tensor_copy documentation), so the engine does not change a value."""
+    engine = nisa.engine.scalar if i % 2 else nisa.engine.vector
     nisa.tensor_copy(dst=_squeezed(dst), src=_squeezed(psum), engine=engine)

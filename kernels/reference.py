@@ -2,7 +2,7 @@
 
 Every NKI kernel in this package is tested against these functions. The semantics are those of
 Hugging Face transformers' Qwen3.5 GDN decode path (`modeling_qwen3_5.py`) with the serving
-stacks' fp32 beta, as pinned down in `reference/gdn-math.md`:
+stacks' fp32 beta, as the book's GDN chapter (book/gdn/math.md) sets them out:
 
 1. `in_proj_ref`          hidden @ W_in_{qkv,z,a,b}, fp32 accumulation, bf16 results
 2. `conv1d_decode_ref`    depthwise causal conv over a K-column window (newest token in the last
@@ -16,7 +16,7 @@ stacks' fp32 beta, as pinned down in `reference/gdn-math.md`:
                           rounding
 
 `gdn_block_tkg_ref` composes them with the fused kernel's signature. Results are rounded to bf16
-exactly where gdn-math.md §2.1 says, so a kernel that mirrors those points agrees up to
+exactly where that chapter's "Dtypes at each point" says, so a kernel that mirrors those points agrees up to
 accumulation order. Inputs are never modified; new states are returned.
 
 Helpers: `to_torch` / `to_numpy` convert between NumPy (bf16 as `ml_dtypes.bfloat16`) and torch
@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from .configs import GDNShape
+from .gdn_block_checks import block_dims
 
 L2NORM_EPS = 1e-6        # l2norm(x) = x * rsqrt(sum(x^2) + eps), on q and k
 RMSNORM_EPS = 1e-6       # config.rms_norm_eps of every Qwen3-Next / Qwen3.5 model
@@ -190,57 +191,21 @@ def gdn_tkg_ref(q, k, v, a, b, z, A_log, dt_bias, norm_weight, recurrent_state):
 
 # --- the block --------------------------------------------------------------------------------
 
-def _block_dims(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
-                dt_bias, norm_weight, recurrent_state):
-    """Derive (nk, dk, dv) from the block's tensor shapes and check every argument against them."""
-    _check_rank("hidden", hidden, "[B, 1, H]")
-    _check_rank("A_log", A_log, "[nv]")
-    _check_rank("recurrent_state", recurrent_state, "[B, nv, dk, dv]")
-    _check_rank("conv_weight", conv_weight, "[conv_dim, K]")
-    B, _, H = hidden.shape
-    (nv,) = A_log.shape
-    dk, dv = recurrent_state.shape[2:]
-    conv_dim, K = conv_weight.shape
-    if H % 128:
-        _fail("hidden", "H a multiple of 128", f"H = {H}")
-    key_dims = conv_dim - nv * dv                                        # 2 * nk * dk
-    if key_dims <= 0 or key_dims % (2 * dk):
-        _fail("conv_weight", f"conv_dim = 2*nk*dk + nv*dv with dk = {dk}, nv*dv = {nv}*{dv} and an "
-              "integer nk >= 1", f"conv_dim = {conv_dim}")
-    nk = key_dims // (2 * dk)
-    if nv % nk:
-        _fail("A_log", f"num_v_heads a multiple of num_k_heads = {nk} (from conv_dim)",
-              f"nv = {nv}")
-
-    expected = {
-        "hidden": ("[B, 1, H]", (B, 1, H), hidden),
-        "W_in_qkv": ("[H, conv_dim]", (H, conv_dim), W_in_qkv),
-        "W_in_z": ("[H, value_dim]", (H, nv * dv), W_in_z),
-        "W_in_a": ("[H, nv]", (H, nv), W_in_a),
-        "W_in_b": ("[H, nv]", (H, nv), W_in_b),
-        "conv_state": ("[B, conv_dim, K]", (B, conv_dim, K), conv_state),
-        "dt_bias": ("[nv]", (nv,), dt_bias),
-        "norm_weight": ("[dv]", (dv,), norm_weight),
-        "recurrent_state": ("[B, nv, dk, dv]", (B, nv, dk, dv), recurrent_state),
-    }
-    for arg, (layout, shape, t) in expected.items():
-        _check_shape(arg, t, layout, shape)
-    return nk, dk, dv
-
-
 def gdn_block_tkg_ref(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
                       dt_bias, norm_weight, recurrent_state):
     """One GDN decode step, hidden -> RMSNormGated output (before out_proj): stages 1-5 composed.
 
-    Shapes and dtypes as `gdn_block_tkg` (reference/gdn-math.md); all dims come from the tensors:
-    nv = len(A_log), dk, dv from recurrent_state, nk = (conv_dim - nv*dv) / (2*dk).
-    Like the fused kernel it rejects H not a multiple of 128, nv not a multiple of nk and an
-    inconsistent conv_dim.
+    Shapes and dtypes as `gdn_block_tkg`; the dims come from the tensor shapes and are checked by
+    the kernels' own `block_dims` (kernels/gdn_block_checks.py), so the reference rejects the same
+    shapes, with a ValueError.
     Returns out [B, 1, value_dim] bf16, new conv_state [B, conv_dim, K] bf16,
     new recurrent_state [B, nv, dk, dv] fp32.
     """
-    nk, dk, dv = _block_dims(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state,
-                             A_log, dt_bias, norm_weight, recurrent_state)
+    try:
+        _, _, nk, _, dk, dv, _ = block_dims(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight,
+                                            conv_state, A_log, dt_bias, norm_weight, recurrent_state)
+    except AssertionError as e:     # the kernels' check, raised as host code's ValueError
+        raise ValueError(str(e)) from None
     mixed_qkv, z, a, b = in_proj_ref(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b)
     conv_out, new_conv_state = conv1d_decode_ref(mixed_qkv, conv_weight, conv_state)
     q, k, v = gqa_repeat_ref(conv_out, nk, dk, dv)

@@ -1,4 +1,4 @@
-"""Stage 5 of the GDN decode step: RMSNormGated, `rmsnorm(o) * norm_weight * silu(z)` per value head.
+"""Stage 5 of the GDN decode step: RMSNormGated, `rmsnorm(o) * norm_weight * silu(z)` per head.
 
 Channel-major, like every stage: a value head's dv channels sit on partitions, (head, batch) in the
 free dim, so the mean over dv is a reduction across partitions. TensorE does it: an all-ones
@@ -11,12 +11,11 @@ import nki.isa as nisa
 from .checks import expect, expect_dtype, expect_rank, expect_shape
 from .layout import load_channel_major, store_rows
 
-RMSNORM_EPS = 1e-6      # config.rms_norm_eps of every Qwen3-Next / Qwen3.5 model (not the 1e-5 library default)
-PSUM_FMAX = 512         # fp32 elements of one 2 KiB PSUM bank: a matmul's moving free size on trn2
+RMSNORM_EPS = 1e-6      # config.rms_norm_eps of every Qwen3-Next / Qwen3.5 model
 
 
 def rmsnorm_gated_tile(out, o, z, w):
-    """Gated RMSNorm of channel-major SBUF tiles: `out = o * rsqrt(mean_dv(o^2) + eps) * w * silu(z)`.
+    """Gated RMSNorm of channel-major SBUF tiles: out = o * rsqrt(mean_dv(o^2) + eps) * w * silu(z).
 
     The building block of stage 5, called by the standalone kernel and by the fused decode kernel.
     It writes `out` and allocates only its own temporaries (constants, fp32 intermediates, PSUM).
@@ -39,14 +38,11 @@ def rmsnorm_gated_tile(out, o, z, w):
     Notes:
         - dv <= 128 (one head is one partition tile); out, o, z have the same [dv, nv, B] shape
           (views of any layout, e.g. a head slice or a permuted [dv, B, nv] tile).
-        - The free dim (nv, B) is processed in chunks of at most 512 (head, batch) columns, one
-          PSUM bank each; real decode shards need one chunk (nv * B <= 128).
-        - Engines per chunk: VectorE square, TensorE cross-partition sum, ScalarE rsqrt (reading
-          PSUM, scale 1/dv, bias eps), ScalarE silu(z) and a VectorE silu(z) * w * o off the
-          critical path, and one VectorE multiply that rounds once to `out.dtype`.
-        - All math in fp32: bf16 x bf16 squares are exact in fp32, the matmul accumulates in fp32.
-        - o = 0 gives out = 0 exactly (0 * rsqrt(eps)), never NaN. ScalarE's rsqrt is valid on
-          [2^-87, 2^97]: mean(o^2) + eps >= 1e-6 stays inside for any |o| up to ~1e14.
+        - The free dim (nv, B) goes in chunks of at most psum_fmax (head, batch) columns, one
+          PSUM bank each.
+        - All math in fp32, one rounding to out.dtype at the end. o = 0 gives out = 0 exactly;
+          ScalarE's rsqrt is valid on [2^-87, 2^97], so mean(o^2) + eps stays inside for any
+          |o| up to ~1e14.
 
     Pseudocode:
         x = o.astype(bf16).astype(float32)                 # [dv, nv, B]
@@ -59,7 +55,7 @@ def rmsnorm_gated_tile(out, o, z, w):
     expect_shape(out, "out", (dv, nv, B))
     expect_shape(z, "z", (dv, nv, B))
     expect_shape(w, "w", (dv, 1))
-    expect_dtype(o, "o", nl.bfloat16, nl.float32)
+    expect_dtype(o, "o", (nl.bfloat16, nl.float32))
     expect_dtype(w, "w", nl.float32)
 
     if o.dtype == nl.float32:
@@ -74,8 +70,9 @@ def rmsnorm_gated_tile(out, o, z, w):
     eps = nl.ndarray((dv, 1), nl.float32, name="eps")
     nisa.memset(eps, RMSNORM_EPS, engine=nisa.engine.gpsimd)
 
-    b_chunk = min(B, PSUM_FMAX)
-    h_chunk = max(1, PSUM_FMAX // b_chunk)
+    fmax = nl.tile_size.psum_fmax       # (head, batch) columns of one PSUM bank of fp32 sums
+    b_chunk = min(B, fmax)
+    h_chunk = max(1, fmax // b_chunk)
     for h0 in range(0, nv, h_chunk):
         hn = min(h_chunk, nv - h0)
         for b0 in range(0, B, b_chunk):
@@ -94,7 +91,8 @@ def rmsnorm_gated_tile(out, o, z, w):
             gate = nl.ndarray((dv, hn, bn), nl.float32, name="gate")
             nisa.activation(gate, op=nl.silu, data=z_c)
             gwo = nl.ndarray((dv, hn, bn), nl.float32, name="gwo")
-            nisa.scalar_tensor_tensor(gwo, data=gate, op0=nl.multiply, operand0=w, op1=nl.multiply, operand1=o_c)
+            nisa.scalar_tensor_tensor(gwo, data=gate, op0=nl.multiply, operand0=w,
+                                      op1=nl.multiply, operand1=o_c)
 
             # rstd = rsqrt(ss / dv + eps), read straight from PSUM
             rstd = nl.ndarray((dv, hn, bn), nl.float32, name="rstd")
@@ -121,15 +119,11 @@ def rmsnorm_gated_kernel(o, z, norm_weight):
         out (nl.ndarray): [B, 1, value_dim] @ shared HBM, bf16; out[b, 0, h*dv + j].
 
     Notes:
-        - Rejects (ValueError naming the argument): wrong ranks, dv > 128, z.shape[0] != B,
+        - Rejects (an assertion naming the argument): wrong ranks, dv > 128, z.shape[0] != B,
           z.shape[1] != nv * dv, norm_weight not [dv], dtypes other than the above.
-        - In HBM, o, z and out are all [(b, h) rows, dv] row-major. They move as contiguous rows
-          (dv * 2 bytes per partition), up to 128 rows per DMA, and TensorE transposes each block
-          between rows and the channel-major [dv, (b, h)] tiles of the building block (one
-          transpose and one PSUM eviction per 128 rows per tensor): kernels.layout's
-          load_channel_major and store_rows. The fused kernel skips the input side: its o and z
-          are already on chip, channel-major.
-        - eps = 1e-6, norm before gate, one rounding to bf16 at the end.
+        - o, z and out move as HBM rows through kernels.layout (contiguous row DMAs, TensorE
+          transposes to and from the channel-major [dv, (b, h)] tiles of the building block).
+        - eps = RMSNORM_EPS, norm before gate, one rounding to bf16 at the end.
 
     Pseudocode:
         x = o.astype(bf16).astype(float32)                           # [B, nv, dv]
@@ -143,15 +137,16 @@ def rmsnorm_gated_kernel(o, z, norm_weight):
     B, nv, dv = o.shape
     expect(dv <= nl.tile_size.pmax, "o", f"head_v_dim o.shape[2] <= {nl.tile_size.pmax}", dv)
     expect(z.shape[0] == B, "z", f"batch z.shape[0] == o.shape[0] = {B}", z.shape[0])
-    expect(z.shape[1] == nv * dv, "z", f"value_dim z.shape[1] == nv * dv = {nv} * {dv} = {nv * dv}", z.shape[1])
+    expect(z.shape[1] == nv * dv, "z", f"value_dim z.shape[1] == nv * dv = {nv} * {dv} = {nv * dv}",
+           z.shape[1])
     expect_shape(norm_weight, "norm_weight", (dv,))
-    expect_dtype(o, "o", nl.bfloat16, nl.float32)
+    expect_dtype(o, "o", (nl.bfloat16, nl.float32))
     expect_dtype(z, "z", nl.bfloat16)
     expect_dtype(norm_weight, "norm_weight", nl.float32)
 
     out = nl.ndarray((B, 1, nv * dv), nl.bfloat16, buffer=nl.shared_hbm, name="out")
     # channel-major, the (b, h) pairs in HBM's row order: [dv, B, nv]
-    o_sb = nl.ndarray((dv, B, nv), nl.bfloat16, name="o_sb")     # an fp32 o is rounded on the way in
+    o_sb = nl.ndarray((dv, B, nv), nl.bfloat16, name="o_sb")     # an fp32 o is rounded here
     load_channel_major(o_sb.reshape((dv, B * nv)), o.reshape((B * nv, dv)))
     rmsnorm_gated_to_hbm(out, o_sb, z, norm_weight)
     return out
@@ -172,9 +167,17 @@ def rmsnorm_gated_to_hbm(out, o, z, norm_weight):
     dv, B, nv = o.shape
     z_sb = nl.ndarray((dv, B, nv), nl.bfloat16, name="z_sb")
     load_channel_major(z_sb.reshape((dv, B * nv)), z.reshape((B * nv, dv)))
-    w_sb = nl.ndarray((dv, 1), nl.float32, name="w_sb")
-    nisa.dma_copy(w_sb, norm_weight.reshape((dv, 1)))
+    w_sb = load_norm_weight(norm_weight)
     out_sb = nl.ndarray((dv, B, nv), nl.bfloat16, name="out_sb")
     # the building block takes [dv, nv, B] views of these [dv, B, nv] tiles
-    rmsnorm_gated_tile(out_sb.permute((0, 2, 1)), o.permute((0, 2, 1)), z_sb.permute((0, 2, 1)), w_sb)
+    rmsnorm_gated_tile(out_sb.permute((0, 2, 1)), o.permute((0, 2, 1)), z_sb.permute((0, 2, 1)),
+                       w_sb)
     store_rows(out.reshape((B * nv, dv)), out_sb.reshape((dv, B * nv)))
+
+
+def load_norm_weight(norm_weight):
+    """norm_weight [dv] @ HBM as the [dv, 1] fp32 SBUF tile `rmsnorm_gated_tile` takes as `w`."""
+    dv = norm_weight.shape[0]
+    w = nl.ndarray((dv, 1), nl.float32, name="norm_weight")
+    nisa.dma_copy(w, norm_weight.reshape((dv, 1)))
+    return w

@@ -17,27 +17,31 @@ import nki.language as nl
 from .conv1d_decode import conv1d_decode_hbm, conv1d_decode_kernel
 from .gated_delta_rule import gated_delta_rule_kernel
 from .gdn_block import gdn_block_body
-from .gdn_block_checks import block_dims
+from .gdn_block_checks import block_dims, check_block_dtypes
 from .gdn_tkg import gdn_tkg, gdn_tkg_hbm
 from .gqa_repeat import gqa_repeat_kernel, split_heads_hbm
 from .in_proj import in_proj_hbm, in_proj_kernel
 from .rmsnorm_gated import rmsnorm_gated_kernel
 
 
-def _stages_1_to_3(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log, dt_bias,
-                   norm_weight, recurrent_state):
-    """Launch in_proj, conv1d decode and gqa_repeat; return q, k, v, z, a, b and the new conv state."""
-    d = block_dims(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log, dt_bias,
-                   norm_weight, recurrent_state)
+def _stages_1_to_3(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
+                   dt_bias, norm_weight, recurrent_state):
+    """Launch in_proj, conv1d decode and gqa_repeat; return q, k, v, z, a, b and the new conv
+    state."""
+    _, _, nk, _, dk, dv, _ = block_dims(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight,
+                                        conv_state, A_log, dt_bias, norm_weight, recurrent_state)
+    check_block_dtypes(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
+                       dt_bias, norm_weight, recurrent_state)
     mixed_qkv, z, a, b = in_proj_kernel(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b)
     conv_out, new_conv_state = conv1d_decode_kernel(mixed_qkv, conv_weight, conv_state)
-    q, k, v = gqa_repeat_kernel(conv_out, d.nk, d.dk, d.dv)
+    q, k, v = gqa_repeat_kernel(conv_out, nk, dk, dv)
     return q, k, v, z, a, b, new_conv_state
 
 
 def gdn_block_staged(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
                      dt_bias, norm_weight, recurrent_state):
-    """Step 0: one GDN decode step as five kernel launches; returns (out, conv_state, recurrent_state)."""
+    """Step 0: one GDN decode step as five kernel launches; returns (out, conv_state,
+    recurrent_state)."""
     q, k, v, z, a, b, new_conv_state = _stages_1_to_3(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b,
                                                       conv_weight, conv_state, A_log, dt_bias,
                                                       norm_weight, recurrent_state)
@@ -52,7 +56,8 @@ def gdn_block_staged_tkg(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, 
     q, k, v, z, a, b, new_conv_state = _stages_1_to_3(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b,
                                                       conv_weight, conv_state, A_log, dt_bias,
                                                       norm_weight, recurrent_state)
-    out, new_recurrent_state = gdn_tkg(q, k, v, a, b, z, A_log, dt_bias, norm_weight, recurrent_state)
+    out, new_recurrent_state = gdn_tkg(q, k, v, a, b, z, A_log, dt_bias, norm_weight,
+                                       recurrent_state)
     return out, new_conv_state, new_recurrent_state
 
 
@@ -68,29 +73,32 @@ def gdn_block_tkg_scratch(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight,
 
     Arguments, results and rejected inputs as `gdn_block_tkg`.
     """
-    d = block_dims(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log, dt_bias,
-                   norm_weight, recurrent_state)
-    B, nv, dk, dv = d.B, d.nv, d.dk, d.dv
-    mixed_qkv = _scratch((B, d.conv_dim), "mixed_qkv")
-    z = _scratch((B, d.value_dim), "z")
+    B, _, nk, nv, dk, dv, K = block_dims(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight,
+                                         conv_state, A_log, dt_bias, norm_weight, recurrent_state)
+    check_block_dtypes(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
+                       dt_bias, norm_weight, recurrent_state)
+    conv_dim = 2 * nk * dk + nv * dv
+    mixed_qkv = _scratch((B, conv_dim), "mixed_qkv")
+    z = _scratch((B, nv * dv), "z")
     a = _scratch((B, nv), "a")
     b = _scratch((B, nv), "b")
     in_proj_hbm((mixed_qkv, z, a, b), hidden, (W_in_qkv, W_in_z, W_in_a, W_in_b))
 
-    conv_out = _scratch((B, d.conv_dim), "conv_out")
-    new_conv_state = nl.ndarray((B, d.conv_dim, d.K), nl.bfloat16, buffer=nl.shared_hbm,
+    conv_out = _scratch((B, conv_dim), "conv_out")
+    new_conv_state = nl.ndarray((B, conv_dim, K), nl.bfloat16, buffer=nl.shared_hbm,
                                 name="new_conv_state")
     conv1d_decode_hbm(conv_out, new_conv_state, mixed_qkv, conv_weight, conv_state)
 
     q = _scratch((B, nv, dk), "q")
     k = _scratch((B, nv, dk), "k")
     v = _scratch((B, nv, dv), "v")
-    split_heads_hbm(q, k, v, conv_out, d.nk)
+    split_heads_hbm(q, k, v, conv_out, nk)
 
-    out = nl.ndarray((B, 1, d.value_dim), nl.bfloat16, buffer=nl.shared_hbm, name="out")
+    out = nl.ndarray((B, 1, nv * dv), nl.bfloat16, buffer=nl.shared_hbm, name="out")
     new_recurrent_state = nl.ndarray((B, nv, dk, dv), nl.float32, buffer=nl.shared_hbm,
                                      name="new_recurrent_state")
-    gdn_tkg_hbm(out, new_recurrent_state, q, k, v, a, b, z, A_log, dt_bias, norm_weight, recurrent_state)
+    gdn_tkg_hbm(out, new_recurrent_state, q, k, v, a, b, z, A_log, dt_bias, norm_weight,
+                recurrent_state)
     return out, new_conv_state, new_recurrent_state
 
 
@@ -104,8 +112,8 @@ def gdn_block_tkg_onchip(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, 
 
 
 @nki.jit
-def gdn_block_tkg_gqa_index(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
-                            dt_bias, norm_weight, recurrent_state):
+def gdn_block_tkg_gqa_index(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state,
+                            A_log, dt_bias, norm_weight, recurrent_state):
     """Step 4: `gdn_block_tkg`'s body with z projected with the other projections.
     Arguments and results as gdn_block_tkg."""
     return gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,

@@ -386,7 +386,7 @@ def _with(**changes):
 
 
 def _rejects(x, match):
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(AssertionError, match=match):
         run(x)
 
 
@@ -428,5 +428,5 @@ def test_rejects(case):
 def test_building_block_rejects_heads_not_dividing_nv():
     """The GQA path of the building block: q, k heads must divide the value heads."""
     x = _good()  # nv = 6
-    with pytest.raises(ValueError, match=r"q: expected heads q.shape\[1\] dividing the value heads nv = 6, got 4"):
+    with pytest.raises(AssertionError, match=r"q: expected heads q.shape\[1\] dividing the value heads nv = 6, got 4"):
         nki.simulate(key_heads_kernel)(x["q"][:, :4], x["k"][:, :4], *(x[n] for n in NAMES[2:]))

@@ -7,6 +7,7 @@ to the neighbouring bf16 value when the kernel's fp32 sum order differs from tor
 shifted columns are bit-exact and the new one is held to the output tolerance.
 """
 import time
+from dataclasses import replace
 
 import ml_dtypes
 import numpy as np
@@ -87,7 +88,7 @@ def test_composition_steps_match_reference(version, shape):
     check(run(version, x), x)
 
 
-# --- edge cases (gdn-math.md §4) ---------------------------------------------------------------
+# --- edge cases (book/gdn/math.md) -------------------------------------------------------------
 
 EDGE = model_shard("Qwen3-Next-80B", 4, B=2)      # nk 4, nv 8, G 2
 
@@ -187,18 +188,29 @@ def _bad(**changes):
 
 BAD_INPUTS = {
     "H-not-multiple-of-128": (dict(hidden=np.zeros((2, 1, 200), BF16)),
-                              r"hidden: expected hidden size H = hidden.shape\[2\] a multiple of 128, got 200"),
+                              r"hidden: expected hidden size H = hidden.shape\[2\] a positive multiple of 128, got 200"),
     "dk-over-128": (dict(recurrent_state=np.zeros((2, 4, 256, 16), np.float32)),
-                    r"recurrent_state: expected head_k_dim recurrent_state.shape\[2\] <= 128, got 256"),
+                    r"recurrent_state: expected head_k_dim recurrent_state.shape\[2\] in 1..128, got 256"),
     "dv-over-128": (dict(recurrent_state=np.zeros((2, 4, 32, 130), np.float32)),
-                    r"recurrent_state: expected head_v_dim recurrent_state.shape\[3\] <= 128, got 130"),
-    "nv-not-multiple-of-nk": (dict(A_log=np.zeros(3, np.float32), dt_bias=np.zeros(3, np.float32),
-                                   recurrent_state=np.zeros((2, 3, 32, 16), np.float32),
-                                   conv_weight=np.zeros((4 * 32 + 48, 4), np.float32)),
-                              r"recurrent_state: expected num_v_heads recurrent_state.shape\[1\] a multiple of "
-                              r"num_k_heads = 2 \(from conv_dim\), got 3"),
-    "conv-dim": (dict(conv_weight=np.zeros((200, 4), np.float32)),
-                 r"conv_weight: expected conv_dim = 2 \* key_dim \+ value_dim .* got conv_dim = 200"),
+                    r"recurrent_state: expected head_v_dim recurrent_state.shape\[3\] in 1..128, got 130"),
+    "nv-not-multiple-of-nk": (make_inputs(replace(BAD_SHAPE, nv=3), seed=11),
+                              r"W_in_qkv: expected conv_dim = W_in_qkv.shape\[1\] = 2 \* nk \* 32 \+ 3 \* 16 "
+                              r"columns for an integer nk >= 1 dividing num_v_heads = 3, got conv_dim = 176"),
+    "conv-dim": (dict(W_in_qkv=lambda x: x["W_in_qkv"][:, :191].copy()),
+                 r"W_in_qkv: expected conv_dim = W_in_qkv.shape\[1\] = 2 \* nk \* 32 \+ 4 \* 16 .* "
+                 r"got conv_dim = 191"),
+    "conv-weight-rows": (dict(conv_weight=np.zeros((192 + 2 * 32, 4), np.float32)),
+                         r"conv_weight: expected conv_dim = 192 rows \(W_in_qkv.shape\[1\]\), got \[256, 4\]"),
+    "conv-window": (dict(conv_weight=np.zeros((192, 5), np.float32)),
+                    r"conv_weight: expected a conv window K = conv_weight.shape\[1\] in 2..4, got 5"),
+    "empty-batch": (dict(hidden=np.zeros((0, 1, 256), BF16)),
+                    r"hidden: expected a batch B = hidden.shape\[0\] >= 1, got 0"),
+    "empty-hidden": (dict(hidden=np.zeros((2, 1, 0), BF16)),
+                     r"hidden: expected hidden size H = hidden.shape\[2\] a positive multiple of 128, got 0"),
+    "no-value-heads": (dict(recurrent_state=np.zeros((2, 0, 32, 16), np.float32)),
+                       r"recurrent_state: expected num_v_heads recurrent_state.shape\[1\] in 1..128, got 0"),
+    "empty-head-v-dim": (dict(recurrent_state=np.zeros((2, 4, 32, 0), np.float32)),
+                         r"recurrent_state: expected head_v_dim recurrent_state.shape\[3\] in 1..128, got 0"),
     "windows-differ": (dict(conv_state=lambda x: x["conv_state"][:, :, :3].copy()),
                        r"conv_state: expected window conv_state.shape\[2\] = 4 \(as conv_weight\), got \[2, 192, 3\]"),
     "conv-state-batch": (dict(conv_state=lambda x: x["conv_state"][:1].copy()),
@@ -228,13 +240,34 @@ BAD_INPUTS = {
 @pytest.mark.parametrize("case", list(BAD_INPUTS))
 def test_rejects(case):
     changes, match = BAD_INPUTS[case]
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(AssertionError, match=match):
         nki.simulate(gdn_block_tkg)(*_bad(**changes).values())
+
+
+@pytest.mark.parametrize("version", [v for v in VERSIONS if v != "fused"])
+@pytest.mark.parametrize("case", ["conv-weight-rows", "nv-not-multiple-of-nk", "empty-batch",
+                                  "state-dtype"])
+def test_every_step_rejects_alike(version, case):
+    """Every composition step checks its arguments with the fused kernel's block_dims and
+    check_block_dtypes, so it rejects the same input with the same message."""
+    changes, match = BAD_INPUTS[case]
+    with pytest.raises(AssertionError, match=match):
+        run(version, _bad(**changes))
+
+
+@pytest.mark.parametrize("case", ["conv-weight-rows", "nv-not-multiple-of-nk", "empty-batch",
+                                  "no-value-heads", "W-shape"])
+def test_reference_rejects_shapes_alike(case):
+    """The torch reference derives the dims with the kernels' block_dims: the same message, raised
+    as the host code's ValueError."""
+    changes, match = BAD_INPUTS[case]
+    with pytest.raises(ValueError, match=match):
+        gdn_block_tkg_ref(*(to_torch(v) for v in _bad(**changes).values()))
 
 
 def test_rejects_a_batch_whose_activations_do_not_fit_on_chip():
     x = make_inputs(model_shard("Qwen3.5-0.8B", 1, B=512), seed=13)     # 155 KiB of activations
-    with pytest.raises(ValueError, match=r"hidden: expected a batch whose on-chip activations.*got B = 512"):
+    with pytest.raises(AssertionError, match=r"hidden: expected a batch whose on-chip activations.*got B = 512"):
         nki.simulate(gdn_block_tkg)(*x.values())
 
 

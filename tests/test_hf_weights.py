@@ -90,9 +90,10 @@ def kernel_decode_step(w, hidden, conv_state, recurrent_state):
         to_numpy(conv_state), w["A_log"], w["dt_bias"], w["norm_weight"], to_numpy(recurrent_state))
 
 
-# estimate: transformers' bf16 fallbacks round at more points than the kernel (conv sum and SiLU each
-# rounded to bf16, beta = sigmoid(b) in bf16, the normalised x rounded before the weight: gdn-math.md
-# §1.1, §1.5, §1.7), so a few outputs differ by more than the 1e-2 atol/rtol of assert_output_close.
+# estimate: transformers' bf16 fallbacks round at more points than the kernel (conv sum and SiLU
+# each rounded to bf16, beta = sigmoid(b) in bf16, the normalised x rounded before the weight:
+# book/gdn/math.md, "Dtypes at each point"), so a few outputs differ by more than the 1e-2
+# atol/rtol of assert_output_close.
 # Over seeds 0..15 per model the worst |kernel - HF| was 0.052 * max|HF out|, the lowest cosine
 # 0.99967; a swapped a/b mapping gave cosines down to 0.94 and recurrent-state errors 13-66x the
 # 5e-3 tolerance, which the state check (at the project's tolerance) catches.
@@ -150,8 +151,9 @@ def test_wrong_mapping_fails_the_comparison(mistake):
 
 def test_qwen3_next_deinterleave_order():
     """Label every row of in_proj_qkvz / in_proj_ba with its index and check where each lands,
-    row by row from gdn-math.md §1.0: group g holds [q_g (dk) | k_g (dk) | v_g (G*dv) | z_g (G*dv)]
-    and [b_g (G) | a_g (G)]; value head h = g * G + j."""
+    row by row from book/gdn/math.md ("1. in_proj"): group g holds
+    [q_g (dk) | k_g (dk) | v_g (G*dv) | z_g (G*dv)] and [b_g (G) | a_g (G)]; value head
+    h = g * G + j."""
     _, module = make_module("qwen3_next")
     per_group = 2 * DK + 2 * G * DV
     with torch.no_grad():   # row index r as (r // 16, r % 16): both exact in bf16

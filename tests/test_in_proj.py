@@ -1,8 +1,8 @@
 """Stage 1, in_proj: kernels/in_proj.py against kernels.reference.in_proj_ref.
 
 Tiny shapes (ragged channel counts), the real per-device shards at B = 1, 3, 8, more than 128
-tokens (chunks of the stationary operand), large-magnitude and all-zero hidden (gdn-math.md §4,
-cases 7 and 11), the instruction plan (hidden stationary, weights moving in large contiguous
+tokens (chunks of the stationary operand), large-magnitude and all-zero hidden (the edge cases of
+book/gdn/math.md), the instruction plan (hidden stationary, weights moving in large contiguous
 DMAs, no transposes in the standalone stage), both building blocks on column ranges, inputs left
 unmodified, and one test per validation.
 """
@@ -76,7 +76,7 @@ def test_matches_reference_more_than_128_tokens(batch):
 
 
 def test_large_magnitude_hidden():
-    """|hidden| ~ 1e2 (gdn-math §4.11): fp32 accumulation, outputs ~1e2, still one bf16 rounding."""
+    """|hidden| ~ 1e2 (book/gdn/math.md, edge cases): fp32 accumulation, outputs ~1e2, still one bf16 rounding."""
     shape = SHARD_SHAPES[-1]  # Qwen3.5-0.8B TP1, B = 8 (its weights are still cached)
     hidden = 100.0 * np.random.default_rng(1).standard_normal((shape.B, 1, shape.H))
     args = [hidden.astype(BF16)] + shard_inputs(shape)[1:]
@@ -188,7 +188,7 @@ def test_hidden_and_outputs_move_as_rows():
 
 
 def test_zero_hidden_gives_exact_zeros():
-    """A fresh sequence's zero token (gdn-math §4.7): every projection is exactly 0, no NaN."""
+    """A fresh sequence's zero token (book/gdn/math.md, edge cases): every projection is exactly 0, no NaN."""
     args = stage_inputs(SMALL, hidden=0.0)
     for g in nki.simulate(in_proj_kernel)(*args):
         assert np.array_equal(g.astype(np.float32), np.zeros(g.shape, np.float32))
@@ -257,13 +257,13 @@ def test_project_rows_into_sbuf(batch, col0, n):
 ], ids=["columns-outside-W", "batch-mismatch"])
 def test_project_rows_rejects_misuse(col0, n, dst_batch, message):
     hidden, W_in_qkv = stage_inputs(SMALL)[:2]
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(AssertionError, match=message):
         nki.simulate(_rows_kernel)(hidden, W_in_qkv, col0, n, dst_batch)
 
 
 def test_building_block_rejects_columns_outside_W():
     hidden, W_in_qkv = stage_inputs(SMALL)[:2]
-    with pytest.raises(ValueError, match=r"col0: expected columns col0 .. col0 \+ 2\*32 inside W's 128 columns, got 96"):
+    with pytest.raises(AssertionError, match=r"col0: expected columns col0 .. col0 \+ 2\*32 inside W's 128 columns, got 96"):
         nki.simulate(_per_head_kernel)(hidden, W_in_qkv, 96, 2, 32)
 
 
@@ -289,7 +289,7 @@ def _block_misuse_kernel(hidden, W, dst_batch, n_kt):
 def test_building_block_rejects_misuse(batch, dst_batch, n_kt, message):
     hidden = np.zeros((batch, 1, 256), BF16)
     W = stage_inputs(SMALL)[1]
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(AssertionError, match=message):
         nki.simulate(_block_misuse_kernel)(hidden, W, dst_batch, n_kt)
 
 
@@ -303,7 +303,7 @@ def bad(shape=SMALL, **changes):
 
 
 def rejects(args, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(AssertionError, match=message):
         nki.simulate(in_proj_kernel)(*args)
 
 

@@ -1,8 +1,9 @@
 """Tests of kernels/reference.py against an independent float64 NumPy model of the same equations.
 
-The NumPy model below is written from reference/gdn-math.md, not from the torch code: float64
-math with explicit per-(batch, head) loops, rounded to bf16 (ml_dtypes, round-to-nearest-even)
-at the same points as the reference (projections, conv output, o, final output).
+The NumPy model below is written from the book's GDN chapter (book/gdn/math.md), not from the
+torch code: float64 math with explicit per-(batch, head) loops, rounded to bf16 (ml_dtypes,
+round-to-nearest-even) at the same points as the reference (projections, conv output, o, final
+output).
 
 Tolerances, and why:
 - bf16 results of one stage fed identical inputs: at most 1 bf16 ulp apart and bit-equal on at
@@ -172,7 +173,7 @@ def test_block(shape):
     check_block(shape, *_model(shape))
 
 
-# --- edge cases (reference/gdn-math.md §4) -----------------------------------------------------
+# --- edge cases (book/gdn/math.md) -----------------------------------------------------------
 
 def test_zero_hidden_and_states_give_exact_zeros():
     shape = TINY[2]
@@ -334,10 +335,10 @@ def _with(name, delta_rows=0, delta_cols=0):
 
 
 BAD_BLOCK_INPUTS = {
-    "conv_dim not 2*nk*dk + nv*dv": ("conv_weight", lambda: _with("conv_weight", delta_rows=-1)),
+    "conv_weight rows not conv_dim": ("conv_weight", lambda: _with("conv_weight", delta_rows=-1)),
     "W_in_qkv conv_dim mismatch": ("W_in_qkv", lambda: _with("W_in_qkv", delta_cols=1)),
     "conv_state conv_dim mismatch": ("conv_state", lambda: _with("conv_state", delta_cols=1)),
-    "nv not divisible by nk": ("A_log", lambda: make_inputs(GDNShape(B=1, H=128, nk=2, nv=3,
+    "nv not divisible by nk": ("W_in_qkv", lambda: make_inputs(GDNShape(B=1, H=128, nk=2, nv=3,
                                                                      dk=16, dv=16, K=4))),
     "H not a multiple of 128": ("hidden", lambda: make_inputs(GDNShape(B=1, H=96, nk=2, nv=4,
                                                                        dk=16, dv=16, K=4))),

@@ -100,7 +100,7 @@ def test_more_than_one_psum_bank(shape):
     assert_output_close(run(o, z, w), reference(o, z, w))
 
 
-# --- edge cases (gdn-math.md §4) --------------------------------------------------------------
+# --- edge cases (book/gdn/math.md) ------------------------------------------------------------
 
 def test_zero_o_gives_exact_zero():
     shape = SHARD_SHAPES[-1]  # Qwen3.5-0.8B TP1, B=8
@@ -244,7 +244,7 @@ def _block_kernel(out_shape=(32, 2, 3), o_shape=(32, 2, 3), z_shape=(32, 2, 3), 
     (dict(w_dtype=nl.bfloat16), r"w: expected dtype float32, got bfloat16"),
 ], ids=["out-shape", "z-shape", "w-shape", "o-dtype", "w-dtype"])
 def test_building_block_rejects(kwargs, match):
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(AssertionError, match=match):
         nki.simulate(_block_kernel(**kwargs))(np.zeros((1, 1), np.float32))
 
 
@@ -256,19 +256,19 @@ def _good():
 
 def test_rejects_o_rank():
     o, z, w = _good()
-    with pytest.raises(ValueError, match=r"o: expected a 3-d tensor, got shape \[3, 192\]"):
+    with pytest.raises(AssertionError, match=r"o: expected a 3-d tensor, got shape \[3, 192\]"):
         run(o.reshape(3, 192), z, w)
 
 
 def test_rejects_z_rank():
     o, z, w = _good()
-    with pytest.raises(ValueError, match=r"z: expected a 2-d tensor, got shape \[3, 1, 192\]"):
+    with pytest.raises(AssertionError, match=r"z: expected a 2-d tensor, got shape \[3, 1, 192\]"):
         run(o, z.reshape(3, 1, 192), w)
 
 
 def test_rejects_norm_weight_rank():
     o, z, w = _good()
-    with pytest.raises(ValueError, match=r"norm_weight: expected a 1-d tensor, got shape \[1, 32\]"):
+    with pytest.raises(AssertionError, match=r"norm_weight: expected a 1-d tensor, got shape \[1, 32\]"):
         run(o, z, w.reshape(1, 32))
 
 
@@ -276,41 +276,41 @@ def test_rejects_head_dim_over_128():
     o = np.zeros((1, 1, 256), BF16)
     z = np.zeros((1, 256), BF16)
     w = np.ones(256, np.float32)
-    with pytest.raises(ValueError, match=r"o: expected head_v_dim o.shape\[2\] <= 128, got 256"):
+    with pytest.raises(AssertionError, match=r"o: expected head_v_dim o.shape\[2\] <= 128, got 256"):
         run(o, z, w)
 
 
 def test_rejects_batch_mismatch():
     o, z, w = _good()
-    with pytest.raises(ValueError, match=r"z: expected batch z.shape\[0\] == o.shape\[0\] = 3, got 2"):
+    with pytest.raises(AssertionError, match=r"z: expected batch z.shape\[0\] == o.shape\[0\] = 3, got 2"):
         run(o, z[:2], w)
 
 
 def test_rejects_value_dim_mismatch():
     o, z, w = _good()
-    with pytest.raises(ValueError, match=r"z: expected value_dim z.shape\[1\] == nv \* dv = 6 \* 32 = 192, got 160"):
+    with pytest.raises(AssertionError, match=r"z: expected value_dim z.shape\[1\] == nv \* dv = 6 \* 32 = 192, got 160"):
         run(o, z[:, :160], w)
 
 
 def test_rejects_norm_weight_shape():
     o, z, w = _good()
-    with pytest.raises(ValueError, match=r"norm_weight: expected shape \[32\], got \[16\]"):
+    with pytest.raises(AssertionError, match=r"norm_weight: expected shape \[32\], got \[16\]"):
         run(o, z, w[:16])
 
 
 def test_rejects_o_dtype():
     o, z, w = _good()
-    with pytest.raises(ValueError, match=r"o: expected dtype bfloat16 or float32, got float16"):
+    with pytest.raises(AssertionError, match=r"o: expected dtype bfloat16 or float32, got float16"):
         run(o.astype(np.float16), z, w)
 
 
 def test_rejects_z_dtype():
     o, z, w = _good()
-    with pytest.raises(ValueError, match=r"z: expected dtype bfloat16, got float32"):
+    with pytest.raises(AssertionError, match=r"z: expected dtype bfloat16, got float32"):
         run(o, z.astype(np.float32), w)
 
 
 def test_rejects_norm_weight_dtype():
     o, z, w = _good()
-    with pytest.raises(ValueError, match=r"norm_weight: expected dtype float32, got bfloat16"):
+    with pytest.raises(AssertionError, match=r"norm_weight: expected dtype float32, got bfloat16"):
         run(o, z, w.astype(BF16))
