@@ -261,12 +261,19 @@ def load_delta_rule_inputs(q, k, v, a, b, A_log, dt_bias):
     load_channel_major(a_sb, a)
     b_sb = nl.ndarray((nv, B), b.dtype, name="b")
     load_channel_major(b_sb, b)
-    A_sb = nl.ndarray((nv, 1), nl.float32, name="A_log")
-    nisa.dma_copy(A_sb, A_log.reshape((nv, 1)))
-    dt_sb = nl.ndarray((nv, 1), nl.float32, name="dt_bias")
-    nisa.dma_copy(dt_sb, dt_bias.reshape((nv, 1)))
+    A_sb, dt_sb = load_head_params(A_log, dt_bias, 0, nv)
     return (_heads_first(q_sb, B), _heads_first(k_sb, B), _heads_first(v_sb, B), a_sb, b_sb,
             A_sb, dt_sb)
+
+
+def load_head_params(A_log, dt_bias, h0, nh):
+    """A_log and dt_bias of value heads h0 .. h0 + nh - 1 from HBM, as the [nh, 1] fp32 SBUF
+    tiles `gated_delta_rule_block` takes (one head per partition)."""
+    A_sb = nl.ndarray((nh, 1), nl.float32, name="A_log")
+    nisa.dma_copy(A_sb, A_log[h0:h0 + nh].reshape((nh, 1)))
+    dt_sb = nl.ndarray((nh, 1), nl.float32, name="dt_bias")
+    nisa.dma_copy(dt_sb, dt_bias[h0:h0 + nh].reshape((nh, 1)))
+    return A_sb, dt_sb
 
 
 def _heads_first(t, B):

@@ -19,8 +19,8 @@ import nki.language as nl
 
 from .checks import expect
 from .conv1d_decode import conv1d_decode_channels
-from .gated_delta_rule import gated_delta_rule_block
-from .gqa_repeat import gqa_repeat
+from .gated_delta_rule import gated_delta_rule_block, load_head_params
+from .gqa_repeat import expand_key_heads
 from .gdn_block_checks import block_dims, check_block_dtypes
 from .in_proj import load_hidden_T, project_columns
 from .layout import store_rows
@@ -147,10 +147,7 @@ def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
         k = _value_heads(k, h0, nh, G, "k_rep")
 
     # stage 4: the recurrence of this program's heads
-    A_sb = nl.ndarray((nh, 1), nl.float32, name="A_log")
-    nisa.dma_copy(A_sb, A_log[h0:h1].reshape((nh, 1)))
-    dt_sb = nl.ndarray((nh, 1), nl.float32, name="dt_bias")
-    nisa.dma_copy(dt_sb, dt_bias[h0:h1].reshape((nh, 1)))
+    A_sb, dt_sb = load_head_params(A_log, dt_bias, h0, nh)
     o = nl.ndarray((dv, nh, B), nl.bfloat16, name="o")
     gated_delta_rule_block(o, new_recurrent_state[:, h0:h1], q, k, v_c, a, b, A_sb, dt_sb,
                            recurrent_state[:, h0:h1])
@@ -201,14 +198,7 @@ def _heads_of(t, h0, nh, name):
 
 
 def _value_heads(key_tile, h0, nh, G, name):
-    """[d, nh, B] copy of the key heads that value heads h0 .. h0 + nh - 1 read (h // G): stage 3's
-    on-chip gqa_repeat when the range holds whole groups, else one stride-0 copy per key head."""
-    d, nkh, B = key_tile.shape
-    dst = nl.ndarray((d, nh, B), key_tile.dtype, name=name)
-    if _whole_groups(h0, nh, G):
-        gqa_repeat(dst, key_tile)
-        return dst
-    for j in range(nkh):
-        i0, i1 = max(0, (h0 // G + j) * G - h0), min(nh, (h0 // G + j + 1) * G - h0)
-        nisa.tensor_copy(dst[:, i0:i1, :], key_tile[:, j:j + 1, :].broadcast(1, i1 - i0))
+    """A new [d, nh, B] tile: the key heads value heads h0 .. h0 + nh - 1 read, one per value head."""
+    dst = nl.ndarray((key_tile.shape[0], nh, key_tile.shape[2]), key_tile.dtype, name=name)
+    expand_key_heads(dst, key_tile, h0, G)
     return dst

@@ -187,7 +187,7 @@ def _group_columns(B, P):
     """Columns of one group: whole P-channel tiles whose accumulators, ACC_BANKS // (token chunks)
     banks per chunk, fit ACC_BANKS PSUM banks."""
     banks = ACC_BANKS // len(_token_chunks(B))
-    return banks * nl.tile_size.psum_fmax // P * P
+    return banks * nl.tile_size.psum_bank_fmax // P * P
 
 
 def _accumulate(hidden_T, W3, c0, width, chunks):
@@ -197,7 +197,7 @@ def _accumulate(hidden_T, W3, c0, width, chunks):
     The weight columns stream once, in row chunks of at most WEIGHT_DMA_BYTES per partition.
     """
     KT = W3.shape[1]
-    fmax = nl.tile_size.psum_fmax
+    fmax = nl.tile_size.psum_bank_fmax
     accs = []
     for chunk in chunks:
         banks = []
@@ -226,7 +226,7 @@ def _accumulate(hidden_T, W3, c0, width, chunks):
 
 def _evict_banks(dst, banks):
     """Each PSUM bank of one token chunk into its columns of dst [tokens, width]."""
-    fmax = nl.tile_size.psum_fmax
+    fmax = nl.tile_size.psum_bank_fmax
     for k in range(len(banks)):
         evict(dst[:, k * fmax:k * fmax + banks[k].shape[1]], banks[k], k)
 
@@ -257,7 +257,7 @@ def _columns_group(dst, hidden_T, W3, c0, chunks):
         b0, bb = chunks[c]
         sums = nl.ndarray((bb, width), dtype=nl.float32, buffer=nl.sbuf)     # row-major, exact
         _evict_banks(sums, accs[c])
-        per_bank = nl.tile_size.psum_fmax // bb                           # [P, bb] fp32 transposes
+        per_bank = nl.tile_size.psum_bank_fmax // bb                           # [P, bb] fp32 transposes
         for i0 in range(0, nt, per_bank):
             m = min(per_bank, nt - i0)
             ps = nl.ndarray((P, m, bb), dtype=nl.float32, buffer=nl.psum)

@@ -202,8 +202,8 @@ def _itemsize(dtype):
 
 
 def _psum_bank_bytes():
-    """Bytes per partition of one PSUM bank: psum_fmax fp32 elements (2 KiB on trn2)."""
-    return 4 * nl.tile_size.psum_fmax
+    """Bytes per partition of one PSUM bank: psum_bank_fmax fp32 elements (2 KiB on trn2)."""
+    return 4 * nl.tile_size.psum_bank_fmax
 
 
 def _transpose_dtype(dtype, n):

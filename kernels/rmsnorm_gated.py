@@ -38,7 +38,7 @@ def rmsnorm_gated_tile(out, o, z, w):
     Notes:
         - dv <= 128 (one head is one partition tile); out, o, z have the same [dv, nv, B] shape
           (views of any layout, e.g. a head slice or a permuted [dv, B, nv] tile).
-        - The free dim (nv, B) goes in chunks of at most psum_fmax (head, batch) columns, one
+        - The free dim (nv, B) goes in chunks of at most psum_bank_fmax (head, batch) columns, one
           PSUM bank each.
         - All math in fp32, one rounding to out.dtype at the end. o = 0 gives out = 0 exactly;
           ScalarE's rsqrt is valid on [2^-87, 2^97], so mean(o^2) + eps stays inside for any
@@ -70,7 +70,7 @@ def rmsnorm_gated_tile(out, o, z, w):
     eps = nl.ndarray((dv, 1), nl.float32, name="eps")
     nisa.memset(eps, RMSNORM_EPS, engine=nisa.engine.gpsimd)
 
-    fmax = nl.tile_size.psum_fmax       # (head, batch) columns of one PSUM bank of fp32 sums
+    fmax = nl.tile_size.psum_bank_fmax       # (head, batch) columns of one PSUM bank of fp32 sums
     b_chunk = min(B, fmax)
     h_chunk = max(1, fmax // b_chunk)
     for h0 in range(0, nv, h_chunk):
