@@ -1,7 +1,8 @@
 """The built book in headless Chromium at 1280 px: every page in _toc.yml loads with no console
 error, no missing image and no broken internal link; no code block or cell output is wider than
 its box or clipped; no table is wider than the article column or has cells without side padding;
-and no page shows a phrase from the project's internal notes. The index, one stage page and one
+and no page shows a phrase from the project's internal notes. The in-page contents, which the
+book's stylesheet moves into a drawer, open from their button. The index, one stage page and one
 composition page are saved as screenshots under _build/screenshots/.
 
 Needs the built site (`make book`; BOOK_HTML may point at another build) and Debian's chromium and
@@ -134,6 +135,16 @@ Array.from(article.querySelectorAll("table")).forEach((table, i) => {
   }
 });
 return problems;
+"""
+# Presses the visible button of the in-page contents (book.css moves them into a drawer) and
+# returns how many links the drawer that opened holds; 0 when no drawer opened.
+OPEN_CONTENTS_JS = """
+const button = Array.from(document.querySelectorAll("button.secondary-toggle"))
+  .find(b => b.offsetParent !== null);
+if (!button) return 0;
+button.click();
+const drawer = document.querySelector("dialog.bd-sidebar-secondary[open]");
+return drawer ? drawer.querySelectorAll("nav.page-toc a").length : 0;
 """
 # The page's text as a reader can get to it: the rendered text plus what collapsed cells and
 # dropdowns hold, without scripts and styles. (Walks the text nodes: a copy of the page would
@@ -325,6 +336,17 @@ def test_every_page_renders(driver):
             driver.save_screenshot(str(SHOTS / f"{name}.png"))
     if failures:
         pytest.fail(report(failures), pytrace=False)
+
+
+def test_contents_drawer_opens(driver):
+    """At 1280 px the in-page contents live in a drawer (book/_static/book.css): its button must
+    be shown and must open it, with a link per section."""
+    if not (SITE / "index.html").is_file():
+        pytest.fail(f"no built site at {SITE}: run `make book` first", pytrace=False)
+    with serve(SITE) as base_url:
+        load(driver, f"{base_url}{SHOT_PAGES[0]}.html")
+        links = driver.execute_script(OPEN_CONTENTS_JS)
+    assert links > 0, f"{SHOT_PAGES[0]}: no visible contents button opens the contents drawer"
 
 
 # The synthetic pages' article column: 600 px of content, as the book's theme marks it.
