@@ -32,7 +32,7 @@ SITE = Path(os.environ.get("BOOK_HTML", REPO / "_build" / "html"))
 SHOTS = SITE.parent / "screenshots"  # _build/screenshots next to _build/html
 # Pages saved as screenshots besides the index: a stage chapter and a composition chapter.
 SHOT_PAGES = ("stages/02_conv1d_decode", "book/composition/01_gdn_tkg")
-# A common laptop width, where the theme shows its desktop layout (both sidebars as columns);
+# A common laptop width, where the theme shows its desktop layout (the navigation as a column);
 # tall enough for the screenshots to show a chapter's title, prose and first code and figure.
 WINDOW = (1280, 2000)
 # Phrases of the team's internal notes that must not reach a reader (matched case-insensitively).
@@ -359,8 +359,8 @@ LONG_LINE = "x = 1  # " + "long comment " * 20
 def test_checker_reports_each_failure(driver, tmp_path):
     """The checker on a tiny synthetic site: pages with every kind of fault, a clean one, and
     one that the table of contents names but the site lacks."""
-    (tmp_path / "dot.svg").write_text('<svg xmlns="http://www.w3.org/2000/svg" width="8" height="8">'
-                                      '<rect width="8" height="8"/></svg>')
+    (tmp_path / "dot.svg").write_text('<svg xmlns="http://www.w3.org/2000/svg" width="8" '
+                                      'height="8"><rect width="8" height="8"/></svg>')
     (tmp_path / "clean.html").write_text(SYNTHETIC_PAGE.format(
         '<h1 id="top-title">Clean</h1><img src="dot.svg">'
         '<a href="broken.html">a page</a> <a href="#top-title">this page</a>'
