@@ -13,6 +13,8 @@ VENV   := .venv
 VPY    := $(VENV)/bin/python
 # Written after `pip install -r requirements.txt` succeeds; redone when either requirements file changes.
 STAMP  := $(VENV)/.requirements-installed
+# IPython reads kernel configuration from sys.prefix/etc/ipython, here the venv's.
+KERNEL_CONFIG := $(VENV)/etc/ipython/ipython_kernel_config.py
 
 # Run every recipe inside the venv: its bin/ first on PATH, so `python` in a notebook kernel,
 # `jupyter-book` and `pytest` are the venv's, and Jupyter prefers the venv's kernelspecs.
@@ -62,8 +64,13 @@ browser:
 
 # Always re-run the editable install (a few seconds): setuptools maps the top-level packages
 # (kernels, nkicpu, benchmarks) when it installs, so a package added later needs it again.
-venv: $(STAMP)
+venv: $(STAMP) $(KERNEL_CONFIG)
 	python -m pip install --quiet --no-deps -e .
+
+# The venv's IPython kernel configuration: it keeps the kernels of the book build and of nbmake
+# from printing one "running over TCP without encryption" warning each (see the file).
+$(KERNEL_CONFIG): book/_ipython/ipython_kernel_config.py | $(VPY)
+	install -D -m 644 $< $@
 
 $(STAMP): requirements.txt requirements-book.txt | $(VPY)
 	python -m pip install -r requirements.txt
