@@ -39,7 +39,8 @@ def cosine(a, b):
 
 
 def _bits_equal(got, want):
-    return np.array_equal(np.ascontiguousarray(got).view(np.uint8), np.ascontiguousarray(want).view(np.uint8))
+    return np.array_equal(np.ascontiguousarray(got).view(np.uint8),
+                          np.ascontiguousarray(want).view(np.uint8))
 
 
 def _close(g, w, tol):
@@ -47,7 +48,9 @@ def _close(g, w, tol):
     if not np.isfinite(g).all():
         return False, f"{int((~np.isfinite(g)).sum())} non-finite values"
     bad = np.abs(g - w) > tol + tol * np.abs(w)
-    return (True, None) if not bad.any() else (False, f"{int(bad.sum())} elements outside atol = rtol = {tol:g}")
+    if bad.any():
+        return False, f"{int(bad.sum())} elements outside atol = rtol = {tol:g}"
+    return True, None
 
 
 def compare(got, want, rule, name="output"):
@@ -59,9 +62,11 @@ def compare(got, want, rule, name="output"):
         raise ValueError(f"rule: expected one of {', '.join(RULES)}, got {rule!r}")
     got, want = np.asarray(got), np.asarray(want)
     row = {"output": name, "rule": rule, "tolerance": TOLERANCES[rule], "shape": list(want.shape),
-           "dtype": str(want.dtype), "max_abs_err": None, "cosine": None, "ok": False, "problem": None}
+           "dtype": str(want.dtype), "max_abs_err": None, "cosine": None, "ok": False,
+           "problem": None}
     if got.shape != want.shape or got.dtype != want.dtype:
-        row["problem"] = f"got shape {list(got.shape)} {got.dtype}, expected {list(want.shape)} {want.dtype}"
+        row["problem"] = (f"got shape {list(got.shape)} {got.dtype}, "
+                          f"expected {list(want.shape)} {want.dtype}")
         return row
     g, w = f64(got), f64(want)
     row["max_abs_err"] = float(np.max(np.abs(g - w))) if g.size else 0.0
@@ -72,7 +77,8 @@ def compare(got, want, rule, name="output"):
     elif rule == CONV_STATE:
         ok, problem = _bits_equal(got[..., :-1], want[..., :-1]), None
         if not ok:
-            problem = f"shifted columns not bit-exact ({int(np.sum(g[..., :-1] != w[..., :-1]))} elements differ)"
+            differ = int(np.sum(g[..., :-1] != w[..., :-1]))
+            problem = f"shifted columns not bit-exact ({differ} elements differ)"
         else:
             ok, problem = _close(g[..., -1], w[..., -1], OUTPUT_TOL)
             problem = problem and f"new column: {problem}"

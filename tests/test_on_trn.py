@@ -15,14 +15,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import ml_dtypes
 import numpy as np
 import pytest
 
 import kernels
 from benchmarks import on_trn
-from benchmarks.variants import VARIANTS
 from kernels.reference import pipeline_inputs
+from kernels.registry import BY_NAME, STAGES
 from kernels.configs import GDNShape
 from nkicpu import explorer
 from nkicpu.profile import Profile
@@ -68,12 +67,14 @@ def test_bad_arguments_exit_2_with_a_message(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
-# What one device run at LNC=1 (the runner's setting) can profile: single launches on one core.
-SINGLE_LAUNCH = [v for v in VARIANTS if not v.launches and v.lnc == 1]
-
-
-def test_every_single_launch_variant_has_a_reference():
-    assert set(on_trn.REFERENCES) == {v.name for v in SINGLE_LAUNCH}
+def test_runs_every_single_launch_kernel_at_lnc1_and_nothing_else(capsys):
+    """The stage choices are the registry's: a host pipeline (several launches) and an LNC=2 grid
+    are not one LNC=1 device run."""
+    assert set(STAGES) | {"gdn_tkg", "5_fused"} <= set(on_trn.RUNNABLE)
+    for stage in ("0_staged", "6_lnc2"):
+        with pytest.raises(SystemExit):
+            on_trn.parse_args([stage, "--config", "Qwen3-Next-80B-TP4", "--batch", "1"])
+        assert "invalid choice" in capsys.readouterr().err
 
 
 # --- the refusal ------------------------------------------------------------------------------
@@ -91,36 +92,30 @@ def test_refuses_clearly_without_the_neuron_sdk(tmp_path):
 
 # --- checking outputs -------------------------------------------------------------------------
 
-def test_compare_uses_the_project_tolerances():
-    rng = np.random.default_rng(0)
-    want = rng.standard_normal((4, 64)).astype(np.float32)
-    assert on_trn.compare("o", "output", want + 5e-3, want)["ok"]
-    bad = on_trn.compare("o", "output", want + 5e-2, want)
-    assert not bad["ok"] and "outside atol = rtol = 0.01" in bad["problem"]
-    assert not on_trn.compare("s", "state", want + 8e-3, want)["ok"]
-    assert on_trn.compare("s", "state", want + 1e-3, want)["ok"]
-    flipped = want.copy()
-    flipped[0, 0] = np.nextafter(flipped[0, 0], np.inf)
-    assert not on_trn.compare("c", "exact", flipped, want)["ok"]
-    assert on_trn.compare("c", "exact", want.copy(), want)["ok"]
-    wrong_dtype = on_trn.compare("o", "output", want.astype(ml_dtypes.bfloat16), want)
-    assert not wrong_dtype["ok"] and "bfloat16" in wrong_dtype["problem"]
-    nan = want.copy()
-    nan[1, 1] = np.nan
-    assert on_trn.compare("o", "output", nan, want)["problem"] == "non-finite values"
-    assert json.loads(json.dumps(bad)) == bad
-
-
 @pytest.mark.skipif(kernels.NKI_BACKEND != "nkicpu", reason="feeds the check from the CPU model (NKICPU=1)")
-@pytest.mark.parametrize("variant", SINGLE_LAUNCH, ids=[v.name for v in SINGLE_LAUNCH])
-def test_check_accepts_the_cpu_models_outputs_in_order(variant):
-    """The reference map and output order agree with each kernel (run on the CPU model, not a device)."""
+@pytest.mark.parametrize("stage", on_trn.RUNNABLE)
+def test_check_accepts_the_cpu_models_outputs_in_order(stage):
+    """Each output is checked under its registry rule, in the kernel's order (the kernel run on the
+    CPU model, not a device); the rows are JSON-ready for the events file."""
     import nki
+    entry = BY_NAME[stage]
     shape = GDNShape(B=2, H=128, nk=1, nv=2, dk=32, dv=16, name="tiny")
-    args = variant.args(shape, pipeline_inputs(shape))
-    rows = on_trn.check_outputs(variant.name, args, nki.simulate(variant.load_kernel())(*args))
-    assert [r["output"] for r in rows] == [n for n, _ in on_trn.REFERENCES[variant.name][1]]
+    args = entry.arguments(shape, pipeline_inputs(shape))
+    rows = on_trn.check_outputs(stage, args, nki.simulate(entry.load_kernel())(*args))
+    assert [(r["output"], r["rule"]) for r in rows] == list(entry.outputs)
     assert all(r["ok"] for r in rows), on_trn.format_check(rows)
+    assert json.loads(json.dumps(rows)) == rows
+
+
+def test_check_names_a_failing_output():
+    entry = BY_NAME["conv1d_decode"]
+    shape = GDNShape(B=1, H=128, nk=1, nv=1, dk=16, dv=16, name="tiny")
+    x = pipeline_inputs(shape)
+    args = entry.arguments(shape, x)
+    shifted = np.roll(x["conv_state"], -1, axis=2)       # the window slid, newest column stale
+    rows = on_trn.check_outputs("conv1d_decode", args, (x["conv_out"], shifted))
+    assert rows[0]["ok"] and not rows[1]["ok"] and "not bit-exact" in rows[1]["problem"]
+    assert "FAILED: not bit-exact" in on_trn.format_check(rows)
 
 
 def test_check_rejects_a_wrong_number_of_outputs():
