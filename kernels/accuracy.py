@@ -17,11 +17,16 @@ RULES = (OUTPUT, STATE, EXACT, CONV_STATE)
 OUTPUT_TOL = 1e-2          # atol = rtol
 OUTPUT_COSINE = 0.999
 STATE_TOL = 5e-3           # atol = rtol
+# A kernel's output against transformers' CPU fallback, which rounds to bf16 at more points than
+# the reference: cosine >= OUTPUT_COSINE and max |kernel - HF| <= HF_OUTPUT_SCALE * max |HF|
+# (tests/test_hf_weights.py set it above the worst of 16 seeds); the states keep their rules.
+HF_OUTPUT_SCALE = 0.06
 TOLERANCES = {
     OUTPUT: f"atol = rtol = {OUTPUT_TOL:g} and cosine >= {OUTPUT_COSINE}",
     STATE: f"atol = rtol = {STATE_TOL:g}",
     EXACT: "bit-exact",
-    CONV_STATE: f"shifted columns bit-exact, new column atol = rtol = {OUTPUT_TOL:g}",
+    CONV_STATE: f"shifted columns bit-exact, new column atol = rtol = {OUTPUT_TOL:g} "
+                f"and cosine >= {OUTPUT_COSINE}",
 }
 
 
@@ -53,6 +58,14 @@ def _close(g, w, tol):
     return True, None
 
 
+def _output_rule(g, w):
+    ok, problem = _close(g, w, OUTPUT_TOL)
+    c = cosine(g, w)
+    if ok and c < OUTPUT_COSINE:
+        ok, problem = False, f"cosine {c:.6f} < {OUTPUT_COSINE}"
+    return ok, problem
+
+
 def compare(got, want, rule, name="output"):
     """Judge `got` against `want` under `rule`; a JSON-ready dict with the errors and the verdict.
 
@@ -80,12 +93,12 @@ def compare(got, want, rule, name="output"):
             differ = int(np.sum(g[..., :-1] != w[..., :-1]))
             problem = f"shifted columns not bit-exact ({differ} elements differ)"
         else:
-            ok, problem = _close(g[..., -1], w[..., -1], OUTPUT_TOL)
+            ok, problem = _output_rule(g[..., -1], w[..., -1])
             problem = problem and f"new column: {problem}"
+    elif rule == OUTPUT:
+        ok, problem = _output_rule(g, w)
     else:
-        ok, problem = _close(g, w, OUTPUT_TOL if rule == OUTPUT else STATE_TOL)
-        if ok and rule == OUTPUT and row["cosine"] < OUTPUT_COSINE:
-            ok, problem = False, f"cosine {row['cosine']:.6f} < {OUTPUT_COSINE}"
+        ok, problem = _close(g, w, STATE_TOL)
     row.update(ok=bool(ok), problem=problem)
     return row
 
