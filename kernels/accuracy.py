@@ -5,7 +5,7 @@ runner all judge outputs with `compare` / `assert_close`:
 
   output      atol = rtol = 1e-2 elementwise and cosine similarity >= 0.999, all values finite
   state       atol = rtol = 5e-3 elementwise (the fp32 recurrent state), all values finite
-  exact       bit-exact (a copy: the conv window a stage kernel shifts)
+  exact       bit-exact (copies: the conv window a stage kernel shifts, GQA's q, k, v)
   conv_state  the new conv window of a whole decode step: its K - 1 shifted columns bit-exact, its
               new column (the in_proj output, which may round to the other bf16 neighbour when the
               kernel sums in another order than torch) held to the output rule

@@ -65,7 +65,7 @@ _STAGE_ENTRIES = (
           (("conv_out", OUTPUT), ("new_conv_state", EXACT)),
           "stage 2: causal conv1d decode step, SiLU, window slide"),
     Entry("gqa_repeat", "kernels.gqa_repeat:gqa_repeat_kernel", "kernels.reference:gqa_repeat_ref",
-          ("conv_out", "nk", "dk", "dv"), (("q", OUTPUT), ("k", OUTPUT), ("v", OUTPUT)),
+          ("conv_out", "nk", "dk", "dv"), (("q", EXACT), ("k", EXACT), ("v", EXACT)),
           "stage 3: split q, k, v and repeat q, k to the value heads"),
     Entry("gated_delta_rule", "kernels.gated_delta_rule:gated_delta_rule_kernel",
           "kernels.reference:gated_delta_rule_ref",
