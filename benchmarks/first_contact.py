@@ -33,16 +33,16 @@ import sys
 import time
 from pathlib import Path
 
+from kernels.registry import BY_NAME
+
 from . import on_trn
-from .variants import VARIANTS_BY_NAME
 
 REPO = on_trn.REPO
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "first_contact"
 REPORT = "first_contact.json"
 FORMAT = "nki-gdn-book first contact v1"
 MODELED = "modeled (trn2 cost model)"
-KERNELS = ("in_proj", "conv1d_decode", "gqa_repeat", "gated_delta_rule", "rmsnorm_gated", "gdn_tkg",
-           "2_scratch", "3_onchip", "4_gqa_index", "5_fused", "6_lnc2")
+KERNELS = on_trn.RUNNABLE      # every single-launch kernel of kernels.registry
 PROFILED = "5_fused"          # the fused kernel, LNC=1: the one profile captured
 CPU_LABEL = "CPU model (nkicpu): no kernel ran on a device; every time here is modeled"
 DEVICE_LABEL = (f"device run on trn2; times labelled {on_trn.MEASURED!r} are measured, "
@@ -96,7 +96,7 @@ def kernel_step(args, name):
     if args.cpu:
         env = {**os.environ, "NKICPU": "1"}
     else:
-        env = on_trn.kernel_env(VARIANTS_BY_NAME[name].lnc, work / on_trn.INSPECT_DIR)
+        env = on_trn.kernel_env(BY_NAME[name].lnc, work / on_trn.INSPECT_DIR)
     if name == PROFILED and not args.cpu:
         env = {**os.environ, "NKICPU": "0"}
         command = [sys.executable, "-m", "benchmarks.on_trn", name, "--config", args.config,
@@ -138,7 +138,7 @@ def print_plan(args, status):
 def run_kernel(args, name):
     """One kernel's entry of the report."""
     command, env = kernel_step(args, name)
-    variant = VARIANTS_BY_NAME[name]
+    variant = BY_NAME[name]
     entry = {"name": name, "kernel": variant.kernel, "lnc": variant.lnc,
              "command": _shown(command, env), "log": str(args.out / name / "kernel_process.log"),
              "measured": None}

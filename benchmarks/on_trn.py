@@ -16,7 +16,7 @@ What it does, in order:
    arrays standalone), a /dev/neuron* device, neuron-explorer (aws-neuronx-tools), torch (the
    reference; a CPU build is enough) and pyarrow (the Parquet export).
 2. Runs the kernel in a process of its own (`kernel_command`, `--kernel-only`): it builds the
-   inputs as the sweep does (`kernels.reference.pipeline_inputs`, `benchmarks.variants`), calls
+   inputs as the sweep does (`kernels.reference.pipeline_inputs`, `kernels.registry`), calls
    the `@nki.jit` entry point with NumPy arrays (compile + run), checks every output against
    `kernels.reference` (`check_outputs`), writes <work>/kernel_run.json and exits. Its environment
    (`kernel_env`) sets NEURON_LOGICAL_NC_CONFIG to the kernel's LNC, NKI_DEBUG_INFO=True (source
@@ -76,7 +76,8 @@ import kernels  # the Neuron SDK's nki where it imports, else nkicpu
 from nkicpu import explorer
 from nkicpu.profile import Profile
 
-from .variants import VARIANTS_BY_NAME
+from kernels.accuracy import compare
+from kernels.registry import BY_NAME, ENTRIES
 
 
 def _reference(name):
@@ -89,11 +90,8 @@ def _reference(name):
     return call
 
 
-(conv1d_decode_ref, gated_delta_rule_ref, gdn_block_tkg_ref, gqa_repeat_ref, in_proj_ref,
- pipeline_inputs, rmsnorm_gated_ref, to_numpy, to_torch) = (
-    _reference(n) for n in ("conv1d_decode_ref", "gated_delta_rule_ref", "gdn_block_tkg_ref",
-                            "gqa_repeat_ref", "in_proj_ref", "pipeline_inputs", "rmsnorm_gated_ref",
-                            "to_numpy", "to_torch"))
+pipeline_inputs, to_numpy, to_torch = (_reference(n) for n in ("pipeline_inputs", "to_numpy",
+                                                                 "to_torch"))
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "stages"
@@ -103,30 +101,9 @@ FORMAT = "nki-gdn-book trn events v1"
 MEASURED = explorer.MEASURED                         # "measured on trn2 (neuron-explorer)"
 EVENTS_SUFFIX = "_trn_events.json"
 
-# Each stage: its torch reference (called with the kernel's own arguments) and, per output in
-# return order, its name and how it is checked.
-OUTPUT, STATE, EXACT = "output", "state", "exact"
-REFERENCES = {
-    "in_proj": (in_proj_ref, [("mixed_qkv", OUTPUT), ("z", OUTPUT), ("a", OUTPUT), ("b", OUTPUT)]),
-    "conv1d_decode": (conv1d_decode_ref, [("conv_out", OUTPUT), ("new_conv_state", EXACT)]),
-    "gqa_repeat": (gqa_repeat_ref, [("q", OUTPUT), ("k", OUTPUT), ("v", OUTPUT)]),
-    "gated_delta_rule": (gated_delta_rule_ref, [("o", OUTPUT), ("new_state", STATE)]),
-    "rmsnorm_gated": (rmsnorm_gated_ref, [("out", OUTPUT)]),
-}
-
-
-def _gdn_tkg_ref(q, k, v, a, b, z, A_log, dt_bias, norm_weight, recurrent_state):
-    o, new_state = gated_delta_rule_ref(q, k, v, a, b, A_log, dt_bias, recurrent_state)
-    return rmsnorm_gated_ref(o, z, norm_weight), new_state
-
-
-# The single-launch composition steps. The new conv-state column is the in_proj output, which may
-# round to the other bf16 neighbour (tests/test_gdn_block_tkg.py), so it is held to the output rule.
-REFERENCES["gdn_tkg"] = (_gdn_tkg_ref, [("out", OUTPUT), ("new_state", STATE)])
-for _step in ("2_scratch", "3_onchip", "4_gqa_index", "5_fused", "6_lnc2"):
-    REFERENCES[_step] = (gdn_block_tkg_ref, [("out", OUTPUT), ("new_conv_state", OUTPUT),
-                                             ("new_recurrent_state", STATE)])
-TOLERANCES = {OUTPUT: "atol = rtol = 1e-2 and cosine >= 0.999", STATE: "atol = rtol = 5e-3", EXACT: "bit-exact"}
+# What this runner can put on NeuronCores: the registry's single-launch kernels (a host pipeline
+# is several launches).
+RUNNABLE = tuple(e.name for e in ENTRIES if not e.launches)
 
 
 class OnTrnError(Exception):
@@ -152,7 +129,7 @@ def parse_args(argv):
         description="Run one stage kernel on a trn NeuronCore (Neuron SDK), check it against the torch "
                     "reference, capture a profile with neuron-explorer and write <out>/<stage>"
                     f"{EVENTS_SUFFIX}. Written from the documentation; not yet run on hardware by the project.")
-    p.add_argument("stage", choices=list(REFERENCES),
+    p.add_argument("stage", choices=RUNNABLE,
                    help="the kernel to run: a stage, gdn_tkg or a single-launch composition step "
                         "(6_lnc2 is the LNC=2 launch of the fused kernel)")
     p.add_argument("--config", required=True,
@@ -186,43 +163,11 @@ def parse_args(argv):
         args.shape = parse_config(args.config).with_batch(args.batch)
     except ValueError as e:
         p.error(str(e).replace("--configs", "--config"))
-    args.variant = VARIANTS_BY_NAME[args.stage]
+    args.variant = BY_NAME[args.stage]
     return args
 
 
 # --- checking the outputs ---------------------------------------------------------------------
-
-def _f64(x):
-    return np.asarray(x, dtype=np.float64)
-
-
-def compare(name, kind, got, want):
-    """One output against its reference, with the project tolerance for its kind; a JSON-ready dict."""
-    got, want = np.asarray(got), np.asarray(want)
-    row = {"output": name, "kind": kind, "tolerance": TOLERANCES[kind], "shape": list(want.shape),
-           "dtype": str(want.dtype), "max_abs_err": None, "cosine": None, "ok": False, "problem": None}
-    if got.shape != want.shape or got.dtype != want.dtype:
-        row["problem"] = f"got shape {list(got.shape)} {got.dtype}, expected {list(want.shape)} {want.dtype}"
-        return row
-    g, w = _f64(got), _f64(want)
-    row["max_abs_err"] = float(np.max(np.abs(g - w))) if g.size else 0.0
-    norms = np.linalg.norm(g) * np.linalg.norm(w)
-    row["cosine"] = float(g.ravel() @ w.ravel() / norms) if norms else (1.0 if not g.any() and not w.any() else 0.0)
-    if kind == EXACT:
-        ok = np.array_equal(np.ascontiguousarray(got).view(np.uint8), np.ascontiguousarray(want).view(np.uint8))
-        problem = None if ok else f"not bit-exact ({int(np.sum(g != w))} elements differ)"
-    elif not np.isfinite(g).all():
-        ok, problem = False, "non-finite values"
-    else:
-        tol = 1e-2 if kind == OUTPUT else 5e-3
-        bad = np.abs(g - w) > tol + tol * np.abs(w)
-        ok = not bad.any()
-        problem = None if ok else f"{int(bad.sum())} elements outside atol = rtol = {tol:g}"
-        if ok and kind == OUTPUT and row["cosine"] < 0.999:
-            ok, problem = False, f"cosine {row['cosine']:.6f} < 0.999"
-    row.update(ok=bool(ok), problem=problem)
-    return row
-
 
 def _as_tuple(outputs):
     """A kernel's outputs as a tuple (one output, or several as a tuple or list)."""
@@ -230,23 +175,24 @@ def _as_tuple(outputs):
 
 
 def check_outputs(stage, kernel_args, outputs):
-    """Compare the kernel's outputs with the torch reference run on the same arguments."""
-    reference, names = REFERENCES[stage]
+    """Compare the kernel's outputs with the torch reference run on the same arguments, each under
+    its accuracy rule (`kernels.accuracy.compare` rows)."""
+    entry = BY_NAME[stage]
     got = _as_tuple(outputs)
-    want = reference(*[to_torch(a) if isinstance(a, np.ndarray) else a for a in kernel_args])
+    want = entry.load_reference()(*[to_torch(a) if isinstance(a, np.ndarray) else a for a in kernel_args])
     want = tuple(to_numpy(t) for t in (want if isinstance(want, tuple) else (want,)))
-    if len(got) != len(names):
-        raise OnTrnError(f"{stage}: the kernel returned {len(got)} outputs, expected {len(names)} "
-                         f"({', '.join(n for n, _ in names)})")
-    return [compare(name, kind, g, w) for (name, kind), g, w in zip(names, got, want)]
+    if len(got) != len(entry.outputs):
+        raise OnTrnError(f"{stage}: the kernel returned {len(got)} outputs, expected {len(entry.outputs)} "
+                         f"({', '.join(n for n, _ in entry.outputs)})")
+    return [compare(g, w, rule, name) for (name, rule), g, w in zip(entry.outputs, got, want)]
 
 
 def format_check(rows):
-    lines = [f"  {'output':<16}{'check':<8}{'max abs err':>12}{'cosine':>11}  result"]
+    lines = [f"  {'output':<20}{'rule':<11}{'max abs err':>12}{'cosine':>11}  result"]
     for r in rows:
         err = "-" if r["max_abs_err"] is None else f"{r['max_abs_err']:.2e}"
         cos = "-" if r["cosine"] is None else f"{r['cosine']:.6f}"
-        lines.append(f"  {r['output']:<16}{r['kind']:<8}{err:>12}{cos:>11}  "
+        lines.append(f"  {r['output']:<20}{r['rule']:<11}{err:>12}{cos:>11}  "
                      + ("ok" if r["ok"] else f"FAILED: {r['problem']}"))
     return "\n".join(lines)
 
@@ -602,7 +548,7 @@ def run_kernel(args, work):
               "backend": kernels.NKI_BACKEND, "launch": launch, "ok": False, "error": None,
               "check": None, "host_s": None, "argument_bytes": None}
     try:
-        kernel_args = variant.args(shape, pipeline_inputs(shape, seed=args.seed))
+        kernel_args = variant.arguments(shape, pipeline_inputs(shape, seed=args.seed))
         kernel = launch_kernel(variant, nki_version)
         print(f"running {variant.kernel} as {launch} on {kernels.NKI_BACKEND}: "
               f"{shape.name}, B = {shape.B}", flush=True)

@@ -12,16 +12,19 @@ from pathlib import Path
 import kernels  # noqa: F401  (first: makes `import nki` work)
 from kernels.configs import model_shard
 from kernels.reference import make_inputs
+from kernels.registry import BY_NAME
 from nkicpu.profile import profile
 from nkicpu.timeline import plot_timeline
 
 OUT = Path(__file__).resolve().parent.parent / "book" / "images" / "gdn_block_tkg_timeline.png"
 MODEL, TP, B = "Qwen3-Next-80B", 4, 1
+STEP = BY_NAME["5_fused"]
 
 
 def figure():
     """The figure, and the modeled profile it draws."""
-    modeled = profile(kernels.gdn_block_tkg)(**make_inputs(model_shard(MODEL, TP, B)))
+    shape = model_shard(MODEL, TP, B)
+    modeled = profile(STEP.load_kernel())(*STEP.arguments(shape, make_inputs(shape)))
     return plot_timeline(modeled, title=f"gdn_block_tkg, {MODEL} TP{TP}, B = {B}"), modeled
 
 

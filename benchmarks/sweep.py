@@ -6,7 +6,8 @@
 
 For every configuration (`kernels.configs.SWEEP_SHARDS`: Qwen3-Next-80B TP1 and TP4, Qwen3.5-0.8B
 TP1, 9B TP2, 27B TP8, 397B-A17B TP16), batch (`SWEEP_BATCHES`: 1, 8, 32, 64) and kernel variant
-(`benchmarks.variants.VARIANTS`: the five stages) it runs the kernel on the CPU model, schedules
+(`kernels.registry.ENTRIES`: the five stages, gdn_tkg and the composition steps) it runs the
+kernel on the CPU model, with the inputs `kernels.reference.pipeline_inputs` draws, schedules
 its instruction record with the trn2 cost model (`nkicpu.profile`) and records one row: the
 shape, the modeled time as a band (best: documented peak figures; likely: calibrated against
 public trn2 measurements, `modeled_us`), the standalone launch overhead apart, HBM bytes, the HBM
@@ -49,8 +50,7 @@ from nkicpu import costs  # noqa: E402
 from nkicpu.profile import MODELED, profile_capture  # noqa: E402
 
 from kernels.reference import pipeline_inputs  # noqa: E402
-
-from .variants import VARIANTS_BY_NAME  # noqa: E402
+from kernels.registry import BY_NAME  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "benchmarks" / "results"
@@ -58,8 +58,8 @@ JSON_NAME, PLOT_NAME = "sweep.json", "sweep.png"
 QUICK_CONFIG, QUICK_BATCHES = "Qwen3.5-397B-A17B-TP16", (1, 8)
 
 COST_MODEL_SOURCE = (
-    "nkicpu/costs.py TABLE: documented trn2 NeuronCore-v3 numbers (Neuron documentation, "
-    "reference/nki-api.md section 7) and public trn2 measurements ('measured:'), each constant with "
+    "nkicpu/costs.py TABLE: documented trn2 NeuronCore-v3 numbers (Neuron documentation) "
+    "and public trn2 measurements ('measured:'), each constant with "
     "its source, the estimate it belongs to (best, likely, both, launch) and where measurements "
     "disagree; rows marked 'estimate:' are reasoned where both are silent. Scheduling: "
     "nkicpu/schedule.py (in-order engine and DMA queues, dependencies from overlapping memory "
@@ -67,7 +67,8 @@ COST_MODEL_SOURCE = (
 
 # What each row field means; copied into the JSON so that no figure can be mistaken for another.
 FIELDS = {
-    "variant": "kernel variant (benchmarks.variants): a stage, gdn_tkg, or a composition step '<n>_<name>'",
+    "variant": "kernel variant (kernels.registry): a stage, gdn_tkg, or a composition step "
+               "'<n>_<name>'",
     "kind": "'stage' or 'composition'",
     "kernel": "module:function of the @nki.jit entry point (of the host function for a multi-launch step)",
     "lnc": "NeuronCores of one launch (kernel[lnc]); the roofline is over all of them",
@@ -139,7 +140,7 @@ def parse_args(argv):
     p.add_argument("--out", type=Path, default=DEFAULT_OUT,
                    help=f"output directory for {JSON_NAME} and {PLOT_NAME} (default: benchmarks/results/)")
     p.add_argument("--stages", type=_csv, default=None,
-                   help=f"comma-separated variants (default: all of {', '.join(VARIANTS_BY_NAME)})")
+                   help=f"comma-separated variants (default: all of {', '.join(BY_NAME)})")
     p.add_argument("--configs", type=_csv, default=None,
                    help="comma-separated '<model>-TP<tp>' (default: kernels.configs.SWEEP_SHARDS: "
                         f"{', '.join(config_id(s) for s in SWEEP_SHARDS)})")
@@ -150,11 +151,11 @@ def parse_args(argv):
                         "(--configs / --batches / --stages still override)")
     args = p.parse_args(argv)
 
-    stages = args.stages or list(VARIANTS_BY_NAME)
-    unknown = [s for s in stages if s not in VARIANTS_BY_NAME]
+    stages = args.stages or list(BY_NAME)
+    unknown = [s for s in stages if s not in BY_NAME]
     if unknown:
-        p.error(f"--stages: expected names among {list(VARIANTS_BY_NAME)}, got {unknown}")
-    args.variants = [VARIANTS_BY_NAME[s] for s in stages]
+        p.error(f"--stages: expected names among {list(BY_NAME)}, got {unknown}")
+    args.variants = [BY_NAME[s] for s in stages]
 
     configs = args.configs or ([QUICK_CONFIG] if args.quick else None)
     try:
@@ -197,7 +198,7 @@ def failed_row(variant, shape, exc, wall_s=None):
 def _profile(variant, shape, inputs):
     """(Profile, Capture, run seconds, schedule seconds) of one kernel launch."""
     kernel = variant.load_kernel()
-    args = variant.args(shape, inputs)
+    args = variant.arguments(shape, inputs)
     t0 = time.perf_counter()
     capture = nkicpu.capture(kernel)(*args)
     t1 = time.perf_counter()
@@ -214,7 +215,8 @@ def run_row(variant, shape, inputs):
     """
     t0 = time.perf_counter()
     try:
-        parts = [_profile(VARIANTS_BY_NAME[name], shape, inputs) for name in variant.launches or (variant.name,)]
+        parts = [_profile(BY_NAME[name], shape, inputs)
+                 for name in variant.launches or (variant.name,)]
     except Exception as exc:  # recorded in the JSON; the sweep goes on
         return failed_row(variant, shape, exc, wall_s=time.perf_counter() - t0)
     profs = [p for p, _, _, _ in parts]

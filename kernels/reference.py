@@ -30,6 +30,7 @@ import torch.nn.functional as F
 
 from .configs import GDNShape
 from .gdn_block_checks import block_dims
+from .registry import BLOCK_ARGS
 
 L2NORM_EPS = 1e-6        # l2norm(x) = x * rsqrt(sum(x^2) + eps), on q and k
 RMSNORM_EPS = 1e-6       # config.rms_norm_eps of every Qwen3-Next / Qwen3.5 model
@@ -233,7 +234,7 @@ def to_numpy(t):
 
 
 def _input_specs(shape: GDNShape):
-    """{name: (shape, NumPy dtype)} of the 11 block inputs, in signature order."""
+    """{name: (shape, NumPy dtype)} of the 11 block inputs, in signature order (`BLOCK_ARGS`)."""
     s, bf16, f32 = shape, ml_dtypes.bfloat16, np.float32
     return {
         "hidden": ((s.B, 1, s.H), bf16),
@@ -298,9 +299,7 @@ def pipeline_inputs(shape: GDNShape, seed=0):
     recurrence), computed by the torch reference. The reference's new states are dropped.
     """
     x = make_inputs(shape, seed=seed)
-    t = {name: to_torch(x[name]) for name in ("hidden", "W_in_qkv", "W_in_z", "W_in_a", "W_in_b",
-                                               "conv_weight", "conv_state", "A_log", "dt_bias",
-                                               "recurrent_state")}
+    t = {name: to_torch(x[name]) for name in BLOCK_ARGS}
     mixed_qkv, z, a, b = in_proj_ref(t["hidden"], t["W_in_qkv"], t["W_in_z"], t["W_in_a"], t["W_in_b"])
     conv_out, _ = conv1d_decode_ref(mixed_qkv, t["conv_weight"], t["conv_state"])
     q, k, v = gqa_repeat_ref(conv_out, shape.nk, shape.dk, shape.dv)

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from .accuracy import CONV_STATE, EXACT, OUTPUT, STATE
 
 # The fused kernel's arguments, in signature order.
-BLOCK_ARGS = ("hidden", "W_in_qkv", "W_in_z", "W_in_a", "W_in_b", "conv_weight", "conv_state", "A_log",
-              "dt_bias", "norm_weight", "recurrent_state")
+BLOCK_ARGS = ("hidden", "W_in_qkv", "W_in_z", "W_in_a", "W_in_b", "conv_weight", "conv_state",
+              "A_log", "dt_bias", "norm_weight", "recurrent_state")
 BLOCK_OUTPUTS = (("out", OUTPUT), ("new_conv_state", CONV_STATE), ("new_recurrent_state", STATE))
 
 
@@ -25,8 +25,8 @@ def _load(target):
 @dataclass(frozen=True)
 class Entry:
     name: str
-    kernel: str                 # "module:function": an @nki.jit kernel, or host code that launches several
-    reference: str              # "module:function" of the torch reference, called with the same arguments
+    kernel: str                 # "module:function": @nki.jit kernel, or host code launching several
+    reference: str              # "module:function" of the torch reference, same arguments
     args: tuple                 # argument names, in order
     outputs: tuple              # ((name, accuracy rule), ...) in return order
     what: str                   # one line: what it is, or what the step changed
@@ -51,8 +51,8 @@ class Entry:
 
 
 def _step(step, name, kernel, what, **kw):
-    return Entry(name, kernel, "kernels.reference:gdn_block_tkg_ref", BLOCK_ARGS, BLOCK_OUTPUTS, what,
-                 step=step, **kw)
+    return Entry(name, kernel, "kernels.reference:gdn_block_tkg_ref", BLOCK_ARGS, BLOCK_OUTPUTS,
+                 what, step=step, **kw)
 
 
 _STAGE_ENTRIES = (
@@ -60,18 +60,21 @@ _STAGE_ENTRIES = (
           ("hidden", "W_in_qkv", "W_in_z", "W_in_a", "W_in_b"),
           (("mixed_qkv", OUTPUT), ("z", OUTPUT), ("a", OUTPUT), ("b", OUTPUT)),
           "stage 1: the four input projections"),
-    Entry("conv1d_decode", "kernels.conv1d_decode:conv1d_decode_kernel", "kernels.reference:conv1d_decode_ref",
-          ("mixed_qkv", "conv_weight", "conv_state"), (("conv_out", OUTPUT), ("new_conv_state", EXACT)),
+    Entry("conv1d_decode", "kernels.conv1d_decode:conv1d_decode_kernel",
+          "kernels.reference:conv1d_decode_ref", ("mixed_qkv", "conv_weight", "conv_state"),
+          (("conv_out", OUTPUT), ("new_conv_state", EXACT)),
           "stage 2: causal conv1d decode step, SiLU, window slide"),
     Entry("gqa_repeat", "kernels.gqa_repeat:gqa_repeat_kernel", "kernels.reference:gqa_repeat_ref",
-          ("conv_out", "nk", "dk", "dv"), (("q", OUTPUT), ("k", OUTPUT), ("v", OUTPUT)),
+          ("conv_out", "nk", "dk", "dv"), (("q", EXACT), ("k", EXACT), ("v", EXACT)),
           "stage 3: split q, k, v and repeat q, k to the value heads"),
     Entry("gated_delta_rule", "kernels.gated_delta_rule:gated_delta_rule_kernel",
           "kernels.reference:gated_delta_rule_ref",
-          ("q", "k", "v", "a", "b", "A_log", "dt_bias", "recurrent_state"), (("o", OUTPUT), ("new_state", STATE)),
+          ("q", "k", "v", "a", "b", "A_log", "dt_bias", "recurrent_state"),
+          (("o", OUTPUT), ("new_state", STATE)),
           "stage 4: gates, l2norm and the gated delta rule"),
-    Entry("rmsnorm_gated", "kernels.rmsnorm_gated:rmsnorm_gated_kernel", "kernels.reference:rmsnorm_gated_ref",
-          ("o", "z", "norm_weight"), (("out", OUTPUT),), "stage 5: RMSNormGated"),
+    Entry("rmsnorm_gated", "kernels.rmsnorm_gated:rmsnorm_gated_kernel",
+          "kernels.reference:rmsnorm_gated_ref", ("o", "z", "norm_weight"), (("out", OUTPUT),),
+          "stage 5: RMSNormGated"),
 )
 STAGES = tuple(e.name for e in _STAGE_ENTRIES)
 
@@ -79,15 +82,18 @@ ENTRIES = _STAGE_ENTRIES + (
     Entry("gdn_tkg", "kernels.gdn_tkg:gdn_tkg", "kernels.reference:gdn_tkg_ref",
           ("q", "k", "v", "a", "b", "z", "A_log", "dt_bias", "norm_weight", "recurrent_state"),
           (("out", OUTPUT), ("new_state", STATE)), "stages 4 and 5 in one kernel"),
-    _step(0, "0_staged", "kernels.steps:gdn_block_staged", "five stage kernels, activations through HBM",
-          launches=STAGES),
+    _step(0, "0_staged", "kernels.steps:gdn_block_staged",
+          "five stage kernels, activations through HBM", launches=STAGES),
     _step(1, "1_staged_tkg", "kernels.steps:gdn_block_staged_tkg", "stages 4 and 5 fused: gdn_tkg",
           launches=STAGES[:3] + ("gdn_tkg",)),
-    _step(2, "2_scratch", "kernels.steps:gdn_block_tkg_scratch", "one kernel, HBM scratch between stages"),
+    _step(2, "2_scratch", "kernels.steps:gdn_block_tkg_scratch",
+          "one kernel, HBM scratch between stages (the reference design)"),
     _step(3, "3_onchip", "kernels.steps:gdn_block_tkg_onchip", "intermediates stay on chip"),
-    _step(4, "4_gqa_index", "kernels.steps:gdn_block_tkg_gqa_index", "GQA by indexing, no copy"),
+    _step(4, "4_gqa_index", "kernels.steps:gdn_block_tkg_gqa_index",
+          "GQA by indexing, no copy"),
     _step(5, "5_fused", "kernels.gdn_block:gdn_block_tkg",
-          "z after the recurrence when its weights outweigh the state: they stream under the compute"),
+          "z after the recurrence when its weights outweigh the state: "
+          "they stream under the compute"),
     _step(6, "6_lnc2", "kernels.gdn_block:gdn_block_tkg",
           "heads split across the two NeuronCores of an LNC=2 launch", lnc=2),
 )

@@ -1,11 +1,12 @@
-"""What every stage and composition test shares: shapes, tolerances, and the run-and-compare helpers.
+"""What every stage and composition test shares: shapes and the run-and-compare helpers.
 
-Tolerances are the project's (DESIGN.md, Tests): outputs atol = rtol = 1e-2 with cosine
-similarity >= 0.999, recurrent state atol = rtol = 5e-3, conv state bit-exact.
+The assert helpers name the project's accuracy rules, which live in kernels/accuracy.py (one
+home: tests, notebooks, the sweep and the trn runner all judge with it).
 """
 import numpy as np
 import pytest
 
+from kernels.accuracy import EXACT, OUTPUT, STATE, assert_close, cosine, f64  # noqa: F401 (re-exported)
 from kernels.configs import TEST_SHARDS, GDNShape
 
 TINY_SHAPES = [
@@ -25,35 +26,16 @@ def shapes_param(shapes):
     return pytest.mark.parametrize("shape", shapes, ids=[shape_id(s) for s in shapes])
 
 
-def f64(x):
-    return np.asarray(x, dtype=np.float64)
-
-
-def cosine(a, b):
-    a, b = f64(a).ravel(), f64(b).ravel()
-    na, nb = np.linalg.norm(a), np.linalg.norm(b)
-    if na == 0 and nb == 0:
-        return 1.0
-    return float(a @ b / (na * nb))
-
-
 def assert_output_close(got, want, name="output"):
-    """Outputs: atol = rtol = 1e-2 and cosine similarity >= 0.999; shapes and dtypes must match."""
-    assert got.shape == want.shape, f"{name}: shape {got.shape} != {want.shape}"
-    assert got.dtype == want.dtype, f"{name}: dtype {got.dtype} != {want.dtype}"
-    assert np.isfinite(f64(got)).all(), f"{name}: non-finite values"
-    np.testing.assert_allclose(f64(got), f64(want), atol=1e-2, rtol=1e-2, err_msg=name)
-    assert cosine(got, want) >= 0.999, f"{name}: cosine {cosine(got, want):.6f} < 0.999"
+    assert_close(got, want, OUTPUT, name)
 
 
 def assert_state_close(got, want, name="recurrent_state"):
-    assert got.shape == want.shape and got.dtype == want.dtype, f"{name}: {got.shape} {got.dtype} != {want.shape} {want.dtype}"
-    np.testing.assert_allclose(f64(got), f64(want), atol=5e-3, rtol=5e-3, err_msg=name)
+    assert_close(got, want, STATE, name)
 
 
 def assert_bit_exact(got, want, name="conv_state"):
-    assert got.shape == want.shape and got.dtype == want.dtype, f"{name}: {got.shape} {got.dtype} != {want.shape} {want.dtype}"
-    assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), f"{name}: not bit-exact"
+    assert_close(got, want, EXACT, name)
 
 
 def run_unmodified(kernel_call, *arrays):

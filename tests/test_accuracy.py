@@ -73,3 +73,14 @@ def test_unknown_rule_rejected():
 def test_cosine_of_zeros():
     assert cosine(np.zeros(3), np.zeros(3)) == 1.0
     assert cosine(np.zeros(3), np.ones(3)) == 0.0
+
+
+def test_conv_state_new_column_needs_the_cosine_too():
+    """The new column is held to the whole output rule: within atol = rtol everywhere but pointing
+    elsewhere fails."""
+    want = np.zeros((1, 1000, 4), np.float32)
+    want[0, :, -1] = 0.005
+    got = want.copy()
+    got[0, ::2, -1] = -0.005
+    row = compare(got, want, CONV_STATE)
+    assert not row["ok"] and row["problem"].startswith("new column: cosine")

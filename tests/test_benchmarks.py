@@ -4,6 +4,7 @@ One small real shard (Qwen3.5-397B-A17B TP16) at B = 1, every registered variant
 one well-formed row per variant, every row is labelled modeled and its band is in order (HBM
 roofline <= best <= likely), the launch overhead is apart, and the plot is written.
 """
+import dataclasses
 import json
 import math
 
@@ -11,7 +12,7 @@ import pytest
 
 import kernels
 from benchmarks import sweep
-from benchmarks.variants import VARIANTS, VARIANTS_BY_NAME, Variant
+from kernels.registry import BY_NAME, ENTRIES
 from nkicpu import costs
 from nkicpu.profile import MODELED
 
@@ -54,7 +55,7 @@ def test_metadata(quick_run):
 
 def test_one_row_per_variant_with_the_schema(quick_run):
     rows = quick_run[2]["rows"]
-    assert [r["variant"] for r in rows] == [v.name for v in VARIANTS]
+    assert [r["variant"] for r in rows] == [e.name for e in ENTRIES]
     for r in rows:
         assert set(r) == ROW_KEYS, r["variant"]
         assert r["status"] == "ok" and r["error"] is None, r["error"]
@@ -83,8 +84,8 @@ def test_metadata_lists_each_constant_with_its_band(quick_run):
 
 def test_a_failing_row_is_recorded_and_the_exit_code_says_so(tmp_path, monkeypatch):
     """A row that raises is kept, with its error, and the sweep exits non-zero at the end."""
-    broken = Variant("broken", "kernels.in_proj:no_such_kernel", lambda s, x: ())
-    monkeypatch.setitem(sweep.VARIANTS_BY_NAME, "broken", broken)
+    broken = dataclasses.replace(BY_NAME["gqa_repeat"], name="broken", kernel="kernels.in_proj:no_such_kernel")
+    monkeypatch.setitem(BY_NAME, "broken", broken)
     code = sweep.main(["--quick", "--batches", "1", "--stages", "gqa_repeat,broken", "--out", str(tmp_path)])
     data = json.loads((tmp_path / sweep.JSON_NAME).read_text())
     assert code == 1 and data["metadata"]["rows_failed"] == 1
@@ -108,7 +109,7 @@ def test_host_pipelines_add_up_their_launches(quick_run):
     """0_staged is the five stage kernels back to back: its row is the sum of theirs, five launches."""
     rows = {r["variant"]: r for r in quick_run[2]["rows"]}
     for name in ("0_staged", "1_staged_tkg"):
-        parts = [rows[n] for n in VARIANTS_BY_NAME[name].launches]
+        parts = [rows[n] for n in BY_NAME[name].launches]
         r = rows[name]
         assert r["launches"] == len(parts) > 1
         for key in ("modeled_us", "best_us", "roofline_us", "launch_us"):
@@ -127,3 +128,16 @@ def test_readme_figure_draws_the_fused_kernel_modeled(tmp_path, capsys):
     assert MODELED in printed and "best" in printed and "likely" in printed
     _, modeled = readme_figure.figure()
     assert modeled.roofline_us <= modeled.best_us <= modeled.total_us
+
+
+def test_latency_table_lists_the_registry_steps(monkeypatch):
+    """benchmarks.steps: one row per step up to `upto`, described by its registry entry, and the
+    roofline labelled with the cost model's HBM rate (the rows stand in for the sweep's)."""
+    from benchmarks import steps
+    from kernels.registry import STEPS
+    row = {"best_us": 2.0, "modeled_us": 3.0, "roofline_us": 1.0, "launches": 1}
+    monkeypatch.setattr(steps, "step_row", lambda *args: row)
+    lines = steps.latency_table(upto="2_scratch").splitlines()
+    cells = " | ".join(["2 – 3 µs (3.0x)"] * len(steps.TARGETS) * len(steps.BATCHES))
+    assert lines[2:-1] == [f"| {e.name}: {e.what} | 1 | {cells} |" for e in STEPS[:3]]
+    assert f"({costs.HBM_ROOFLINE_GBPS:g} GB/s per NeuronCore" in lines[-1]

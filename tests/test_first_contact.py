@@ -12,6 +12,7 @@ import pytest
 import kernels
 from benchmarks import first_contact as fc
 from benchmarks import on_trn
+from kernels.registry import BY_NAME
 from nkicpu import explorer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -41,7 +42,7 @@ def test_the_cpu_report(tmp_path):
     assert [e["name"] for e in report["kernels"]] == SUBSET.split(",")
     for e in report["kernels"]:
         assert e["ok"] and e["error"] is None and e["backend"] == "nkicpu" and e["measured"] is None
-        assert [c["output"] for c in e["check"]] == [n for n, _ in on_trn.REFERENCES[e["name"]][1]]
+        assert [c["output"] for c in e["check"]] == [n for n, _ in BY_NAME[e["name"]].outputs]
         assert all(c["ok"] for c in e["check"])
         m, row = e["modeled"], sweep[e["name"]]
         assert m["label"] == fc.MODELED == row["label"]
@@ -75,7 +76,7 @@ def test_without_a_device_it_prints_the_plan_and_runs_nothing(tmp_path, monkeypa
             assert "--kernel-only" not in line and "NKICPU=0" in line
             assert f"--out {tmp_path / 'out'}" in line
         else:
-            lnc = on_trn.VARIANTS_BY_NAME[name].lnc
+            lnc = BY_NAME[name].lnc
             assert line.endswith("--kernel-only") and f"NEURON_LOGICAL_NC_CONFIG={lnc}" in line
             assert "NKI_DEBUG_INFO=True" in line and "NEURON_RT_INSPECT_ENABLE=1" in line
     assert lines[-1].startswith("NKICPU=1 ") and f"--stages {','.join(fc.KERNELS)}" in lines[-1]

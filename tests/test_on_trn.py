@@ -17,14 +17,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import ml_dtypes
 import numpy as np
 import pytest
 
 import kernels
 from benchmarks import on_trn
-from benchmarks.variants import VARIANTS
 from kernels.reference import pipeline_inputs
+from kernels.registry import BY_NAME, STAGES
 from kernels.configs import GDNShape
 from nkicpu import explorer
 from nkicpu.profile import Profile
@@ -71,12 +70,14 @@ def test_bad_arguments_exit_2_with_a_message(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
-# What one device run can profile: single launches (LNC=1, and the fused kernel's LNC=2 launch).
-SINGLE_LAUNCH = [v for v in VARIANTS if not v.launches]
-
-
-def test_every_single_launch_variant_has_a_reference():
-    assert set(on_trn.REFERENCES) == {v.name for v in SINGLE_LAUNCH}
+def test_runs_every_single_launch_kernel_and_no_host_pipeline(capsys):
+    """The stage choices are the registry's single launches (the fused kernel's LNC=2 launch
+    among them); a host pipeline is several launches, not one device run."""
+    assert set(STAGES) | {"gdn_tkg", "5_fused", "6_lnc2"} <= set(on_trn.RUNNABLE)
+    for stage in ("0_staged", "1_staged_tkg"):
+        with pytest.raises(SystemExit):
+            on_trn.parse_args([stage, "--config", "Qwen3-Next-80B-TP4", "--batch", "1"])
+        assert "invalid choice" in capsys.readouterr().err
 
 
 # --- the refusal ------------------------------------------------------------------------------
@@ -94,36 +95,30 @@ def test_refuses_clearly_without_the_neuron_sdk(tmp_path):
 
 # --- checking outputs -------------------------------------------------------------------------
 
-def test_compare_uses_the_project_tolerances():
-    rng = np.random.default_rng(0)
-    want = rng.standard_normal((4, 64)).astype(np.float32)
-    assert on_trn.compare("o", "output", want + 5e-3, want)["ok"]
-    bad = on_trn.compare("o", "output", want + 5e-2, want)
-    assert not bad["ok"] and "outside atol = rtol = 0.01" in bad["problem"]
-    assert not on_trn.compare("s", "state", want + 8e-3, want)["ok"]
-    assert on_trn.compare("s", "state", want + 1e-3, want)["ok"]
-    flipped = want.copy()
-    flipped[0, 0] = np.nextafter(flipped[0, 0], np.inf)
-    assert not on_trn.compare("c", "exact", flipped, want)["ok"]
-    assert on_trn.compare("c", "exact", want.copy(), want)["ok"]
-    wrong_dtype = on_trn.compare("o", "output", want.astype(ml_dtypes.bfloat16), want)
-    assert not wrong_dtype["ok"] and "bfloat16" in wrong_dtype["problem"]
-    nan = want.copy()
-    nan[1, 1] = np.nan
-    assert on_trn.compare("o", "output", nan, want)["problem"] == "non-finite values"
-    assert json.loads(json.dumps(bad)) == bad
-
-
 @pytest.mark.skipif(kernels.NKI_BACKEND != "nkicpu", reason="feeds the check from the CPU model (NKICPU=1)")
-@pytest.mark.parametrize("variant", SINGLE_LAUNCH, ids=[v.name for v in SINGLE_LAUNCH])
-def test_check_accepts_the_cpu_models_outputs_in_order(variant):
-    """The reference map and output order agree with each kernel (run on the CPU model, not a device)."""
+@pytest.mark.parametrize("stage", on_trn.RUNNABLE)
+def test_check_accepts_the_cpu_models_outputs_in_order(stage):
+    """Each output is checked under its registry rule, in the kernel's order (the kernel run on the
+    CPU model, not a device); the rows are JSON-ready for the events file."""
     import nki
+    entry = BY_NAME[stage]
     shape = GDNShape(B=2, H=128, nk=1, nv=2, dk=32, dv=16, name="tiny")
-    args = variant.args(shape, pipeline_inputs(shape))
-    rows = on_trn.check_outputs(variant.name, args, nki.simulate(variant.load_kernel())(*args))
-    assert [r["output"] for r in rows] == [n for n, _ in on_trn.REFERENCES[variant.name][1]]
+    args = entry.arguments(shape, pipeline_inputs(shape))
+    rows = on_trn.check_outputs(stage, args, nki.simulate(entry.load_kernel())(*args))
+    assert [(r["output"], r["rule"]) for r in rows] == list(entry.outputs)
     assert all(r["ok"] for r in rows), on_trn.format_check(rows)
+    assert json.loads(json.dumps(rows)) == rows
+
+
+def test_check_names_a_failing_output():
+    entry = BY_NAME["conv1d_decode"]
+    shape = GDNShape(B=1, H=128, nk=1, nv=1, dk=16, dv=16, name="tiny")
+    x = pipeline_inputs(shape)
+    args = entry.arguments(shape, x)
+    shifted = np.roll(x["conv_state"], -1, axis=2)       # the window slid, newest column stale
+    rows = on_trn.check_outputs("conv1d_decode", args, (x["conv_out"], shifted))
+    assert rows[0]["ok"] and not rows[1]["ok"] and "not bit-exact" in rows[1]["problem"]
+    assert "FAILED: not bit-exact" in on_trn.format_check(rows)
 
 
 def test_check_rejects_a_wrong_number_of_outputs():
@@ -176,7 +171,7 @@ def test_the_lnc_launch_follows_the_sdk_version(lnc, nki_version, launch):
 
 
 def test_the_lnc2_step_launches_the_fused_kernel_either_way():
-    lnc2, fused = on_trn.VARIANTS_BY_NAME["6_lnc2"], on_trn.VARIANTS_BY_NAME["5_fused"].load_kernel()
+    lnc2, fused = BY_NAME["6_lnc2"], BY_NAME["5_fused"].load_kernel()
     assert on_trn.launch_kernel(lnc2, "0.7.0") is fused
     assert on_trn.launch_kernel(lnc2, "0.6.0") is not fused              # kernel[2]
 
@@ -193,7 +188,7 @@ def test_the_kernel_process_on_the_cpu_model_records_the_check(tmp_path):
     cmd = on_trn.kernel_command("6_lnc2", "Qwen3.5-0.8B-TP8", 1, 0, tmp_path)
     run = on_trn.kernel_process(cmd, tmp_path, env, timeout=300)
     assert run["ok"] and run["error"] is None and run["backend"] == "nkicpu" and run["launch"] == "kernel[2]"
-    assert [r["output"] for r in run["check"]] == [n for n, _ in on_trn.REFERENCES["6_lnc2"][1]]
+    assert [r["output"] for r in run["check"]] == [n for n, _ in BY_NAME["6_lnc2"].outputs]
     assert json.loads((tmp_path / on_trn.KERNEL_RUN).read_text()) == run
     assert "kernel[2]" in (tmp_path / "kernel_process.log").read_text()
 

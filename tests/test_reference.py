@@ -29,6 +29,7 @@ import pytest
 import torch
 
 from kernels.configs import TEST_SHARDS, GDNShape
+from kernels.registry import BLOCK_ARGS
 from kernels.reference import (conv1d_decode_ref, gated_delta_rule_ref, gdn_block_tkg_ref,
                                gqa_repeat_ref, in_proj_ref, make_inputs, rmsnorm_gated_ref,
                                to_numpy, to_torch)
@@ -82,8 +83,6 @@ TINY = [  # G = 1, 2, 3, 4; K = 2, 3, 4; dk != dv both ways; B = 1, 2, 3
 SHAPES = TINY + TEST_SHARDS   # the real shards at B = 1
 ids = [s.name for s in SHAPES]
 
-BLOCK_ARGS = ("hidden", "W_in_qkv", "W_in_z", "W_in_a", "W_in_b", "conv_weight", "conv_state",
-              "A_log", "dt_bias", "norm_weight", "recurrent_state")
 DELTA_RULE_ARGS = ("q", "k", "v", "a", "b", "A_log", "dt_bias", "recurrent_state")
 
 

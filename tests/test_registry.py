@@ -1,10 +1,12 @@
 """kernels.registry: every entry loads, takes arguments the pipeline provides, and names as many
 outputs as its reference returns."""
+import inspect
+
 import pytest
 
 from kernels import accuracy, registry
 from kernels.configs import GDNShape
-from kernels.reference import pipeline_inputs, to_torch
+from kernels.reference import _input_specs, gdn_block_tkg_ref, pipeline_inputs, to_torch
 
 SHAPE = GDNShape(B=2, H=128, nk=1, nv=2, dk=16, dv=16, name="tiny")
 
@@ -31,3 +33,9 @@ def test_steps_are_numbered_in_order():
     assert [e.step for e in registry.STEPS] == list(range(len(registry.STEPS)))
     assert [e.kind for e in registry.ENTRIES[:5]] == ["stage"] * 5
     assert registry.BY_NAME["6_lnc2"].lnc == 2
+
+
+def test_block_args_are_the_signature_order():
+    """BLOCK_ARGS (one home) is the block reference's signature and make_inputs' entries, in order."""
+    assert tuple(inspect.signature(gdn_block_tkg_ref).parameters) == registry.BLOCK_ARGS
+    assert tuple(_input_specs(SHAPE)) == registry.BLOCK_ARGS
