@@ -145,11 +145,12 @@ CHAIN_STEPS = 1000
 CHAIN_STATE_RMSE = 1e-3
 
 
-def chained_decode(shape, steps):
+def chained_decode(shape, steps, **overrides):
     """Decode `steps` steps through the fused kernel and through the float64 model
-    (tests/gdn_float64.py), each step feeding both new states to the next (fresh hidden per step).
-    Yields per step (the state's relative RMSE against the model, the kernel's out, the model's out)."""
-    x = make_inputs(shape, seed=8)
+    (tests/gdn_float64.py), each step feeding both new states to the next (fresh hidden per step),
+    from make_inputs(shape, seed=8, **overrides). Yields per step (the state's relative RMSE
+    against the model, the kernel's out, the model's out)."""
+    x = make_inputs(shape, seed=8, **overrides)
     kernel = nki.simulate(gdn_block_tkg)
     rng = np.random.default_rng(9)
     conv_k = conv_m = x["conv_state"]
