@@ -11,7 +11,7 @@ from types import ModuleType
 import numpy as np
 
 from .errors import NkiValidationError, not_modeled, rule_error
-from .memory import DTYPES, PMAX, PSUM_BANK_BYTES, is_float, is_hbm, is_psum, is_sbuf
+from .memory import DTYPES, PMAX, PSUM_BANK_BYTES, dtype_name, is_float, is_hbm, is_psum, is_sbuf
 from .ops import Op
 from .record import access_of
 from .run import current_run
@@ -490,7 +490,8 @@ def _bf16_split(x):
 def _matmul_passes(stationary, moving, s_onezero, m_onezero):
     """The products stationary.T @ moving that PSUM accumulates one after the other, in fp32."""
     s, m = _pf(stationary), _pf(moving)
-    if stationary.dtype != DTYPES["float32"] or _fp32_matmul["mode"] == "exact":
+    fp32 = dtype_name(stationary.dtype) == dtype_name(moving.dtype) == "float32"   # not tfloat32
+    if not fp32 or _fp32_matmul["mode"] == "exact":
         return [s.T @ m]
     (s_hi, s_lo), (m_hi, m_lo) = _bf16_split(s), _bf16_split(m)
     low_high = s_hi.T @ (m_hi if m_onezero else m_hi + m_lo)    # m_hi + m_lo is exact in fp32
