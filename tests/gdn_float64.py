@@ -1,9 +1,10 @@
 """An independent float64 NumPy model of the GDN decode step, for the tests.
 
-Written from reference/gdn-math.md, not from the torch code: float64 math with explicit
-per-(batch, head) loops, rounded to bf16 (ml_dtypes, round-to-nearest-even) at the same points as
-the reference (projections, conv output, o, final output). tests/test_reference.py checks the torch
-reference against it; the composition tests use it for long chained decodes.
+Written from the book's GDN chapter (book/gdn/math.md), not from the torch code: float64 math
+with explicit per-(batch, head) loops, rounded to bf16 (ml_dtypes, round-to-nearest-even) at the
+same points as the reference (projections, conv output, o, final output).
+tests/test_reference.py checks the torch reference against it; the composition tests use it for
+long chained decodes.
 """
 import math
 
