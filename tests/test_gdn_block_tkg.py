@@ -15,6 +15,7 @@ import pytest
 
 import kernels
 import nki
+import nkicpu
 from kernels.configs import TEST_SHARDS, GDNShape, model_shard
 from kernels.gdn_block import gdn_block_tkg
 from kernels.steps import (gdn_block_staged, gdn_block_staged_tkg, gdn_block_tkg_gqa_index,
@@ -263,6 +264,15 @@ def test_reference_rejects_shapes_alike(case):
     changes, match = BAD_INPUTS[case]
     with pytest.raises(ValueError, match=match):
         gdn_block_tkg_ref(*(to_torch(v) for v in _bad(**changes).values()))
+
+
+def test_fused_kernel_builds_one_ones_tile():
+    """The delta rule's all-ones tile serves RMSNormGated's reduction too: one memset of it."""
+    x = make_inputs(model_shard("Qwen3-Next-80B", 4, B=2), seed=14)
+    c = nkicpu.capture(gdn_block_tkg)(*x.values())
+    filled = [c.allocations[w.alloc].name for i in c.instructions if i.opcode == "memset"
+              for w in i.writes]
+    assert filled.count("ones") == 1, filled
 
 
 def test_rejects_a_batch_whose_activations_do_not_fit_on_chip():
