@@ -13,10 +13,10 @@ import nki.language as nl
 from kernels.delta_rule_state import DMA_TILES, STATE_BUFFERS, state_fold
 from kernels.gated_delta_rule import gated_delta_rule_hbm, gated_delta_rule_kernel
 from kernels.layout import store_rows
-from nkicpu.profile import profile_capture
+from nkicpu.profile import covered_us, event_end, profile_capture
 from kernels.reference import gated_delta_rule_ref, pipeline_inputs, to_numpy, to_torch
 from tests.gdn_testing import (SHARD_SHAPES, TINY_SHAPES, assert_output_close, assert_state_close, f64,
-                               run_unmodified, shapes_param)
+                               rel_rmse, run_unmodified, shapes_param)
 
 BF16 = ml_dtypes.bfloat16
 NAMES = ("q", "k", "v", "a", "b", "A_log", "dt_bias", "recurrent_state")
@@ -77,10 +77,6 @@ def check(x):
     assert_output_close(o, ref_o, "o")
     assert_state_close(state, ref_state)
     return o, state
-
-
-def rel_rmse(got, want):
-    return float(np.sqrt(np.mean((f64(got) - f64(want)) ** 2) / np.mean(f64(want) ** 2)))
 
 
 # --- against the reference --------------------------------------------------------------------
@@ -257,7 +253,7 @@ def _reference_bf16_beta(x):
 
 def test_inputs_unmodified():
     x = random_inputs(SHARD_SHAPES[4], seed=11)       # Qwen3.5-27B TP8, B=3
-    run_unmodified(lambda *arrays: nki.simulate(gated_delta_rule_kernel)(*arrays), *(x[n] for n in NAMES))
+    run_unmodified(nki.simulate(gated_delta_rule_kernel), *(x[n] for n in NAMES))
 
 
 def test_instruction_plan():
@@ -352,15 +348,6 @@ def test_state_ring_is_bounded():
     assert c.peak_sbuf_bytes <= 112 * 1024
 
 
-def _covered_us(events):
-    """Time covered by at least one of the events (overlaps counted once)."""
-    total, reach = 0.0, float("-inf")
-    for start, end in sorted((e["start_us"], e["start_us"] + e["dur_us"]) for e in events):
-        if end > reach:
-            total, reach = total + end - max(start, reach), end
-    return total
-
-
 def test_modeled_state_stream_keeps_dma_busy():
     """The modeled profile (trn2 cost model) at Qwen3-Next-80B TP4, B = 32 (33.6 MB of state in
     and out): some DMA moves data at least 90 % of the likely time, and the best estimate stays
@@ -369,7 +356,7 @@ def test_modeled_state_stream_keeps_dma_busy():
     c, *_ = _state_stream(STREAM_SHAPE)
     p = profile_capture(c)
     dma = [e for e in p.events if e["lane"].startswith("DMA")]
-    assert _covered_us(dma) >= 0.9 * p.total_us
+    assert covered_us([(e["start_us"], event_end(e)) for e in dma]) >= 0.9 * p.total_us
     assert p.best_us <= 1.2 * p.roofline_us
 
 
