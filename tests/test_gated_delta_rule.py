@@ -17,6 +17,7 @@ from nkicpu.profile import covered_us, event_end, profile_capture
 from kernels.reference import gated_delta_rule_ref, pipeline_inputs, to_numpy, to_torch
 from tests.gdn_testing import (SHARD_SHAPES, TINY_SHAPES, assert_output_close, assert_state_close, f64,
                                rel_rmse, run_unmodified, shapes_param)
+from tests.nkicpu_testing import allocation_id
 
 BF16 = ml_dtypes.bfloat16
 NAMES = ("q", "k", "v", "a", "b", "A_log", "dt_bias", "recurrent_state")
@@ -275,17 +276,11 @@ def test_instruction_plan():
     assert counts[("scalar", "activation")] == 2 * tiles + 8
     assert counts[("vector", "scalar_tensor_tensor")] == 1                            # the q normalisation
     assert counts[("dma", "dma_copy")] == 2 * (tiles // DMA_TILES) + 8   # + q, k, v, a, b, A_log, dt_bias, o
-    ring = _allocation(c, "state_ring")
+    ring = allocation_id(c, "state_ring")
     assert not any(a.alloc == ring for i in c.instructions if i.engine == "vector" for a in i.reads + i.writes)
     assert len(c.instructions) <= 3.1 * n
     assert c.peak_psum_banks <= 6
     assert c.peak_sbuf_bytes <= 96 * 1024
-
-
-def _allocation(capture, name):
-    """The id of the one allocation of a capture with this name."""
-    (alloc,) = [i for i, info in capture.allocations.items() if info.name == name]
-    return alloc
 
 
 def test_state_dmas_move_2_kib_per_partition():
@@ -309,7 +304,7 @@ def _state_stream(shape):
     """The capture of the stage at `shape`, and in program order the indices of its state loads
     (DMAs into the ring), state stores (DMAs out of it) and state updates (ScalarE evictions into it)."""
     c = nkicpu.capture(gated_delta_rule_kernel)(*(random_inputs(shape)[k] for k in NAMES))
-    ring = _allocation(c, "state_ring")
+    ring = allocation_id(c, "state_ring")
     loads = [i.index for i in c.instructions if i.engine == "dma" and i.writes[0].alloc == ring]
     stores = [i.index for i in c.instructions if i.engine == "dma" and i.reads[0].alloc == ring]
     updates = [i.index for i in c.instructions if i.engine == "scalar" and i.writes[0].alloc == ring]
@@ -343,7 +338,7 @@ def test_state_ring_is_bounded():
     shapes = []
     for B in (16, 64):
         c = nkicpu.capture(gated_delta_rule_kernel)(*(random_inputs(STREAM_SHAPE.with_batch(B))[k] for k in NAMES))
-        shapes.append(c.allocations[_allocation(c, "state_ring")].shape)
+        shapes.append(c.allocations[allocation_id(c, "state_ring")].shape)
     assert shapes[0] == shapes[1] == (128, STATE_BUFFERS, 8, 4 * 128)     # 64 KiB per partition
     assert c.peak_sbuf_bytes <= 112 * 1024
 
