@@ -91,7 +91,8 @@ def np_rmsnorm_gated(o, z, norm_weight):
     for h in range(nv):
         x = f64(o[:, h])
         zh = f64(z[:, h * dv:(h + 1) * dv])
-        y = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + RMSNORM_EPS) * f64(norm_weight) * silu(zh)
+        rms = np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + RMSNORM_EPS)
+        y = x / rms * f64(norm_weight) * silu(zh)
         out[:, 0, h * dv:(h + 1) * dv] = bf16(y)
     return out
 
