@@ -285,7 +285,7 @@ def _op(op, where, arg, act=False):
 
 
 # Unary ALU ops the Vector/GpSimd engines have only from NeuronCore-v4 (trn3) on
-# (reference/nki-api.md §4.8; not in the trn2 operator table of nki.api.shared).
+# (SDK nki/api/nki.api.shared.rst, 'Supported Math Operators for NKI ISA').
 TRN3_ALU_OPS = {"square", "relu"}
 
 
@@ -894,7 +894,7 @@ def bn_aggr(dst, data, name=None):
     return _record("bn_aggr", "vector", [data], [dst], name=name)
 
 
-# -- DMA transpose (SDK isa stub: dma_transpose; reference/nki-api.md §4.3) -----------------------
+# -- DMA transpose (SDK isa stub: dma_transpose) ----------------------------------------------
 
 # The one permutation each src rank takes ("Supported axes are (1, 0), (2, 1, 0), and (3, 1, 2, 0)").
 DMA_TRANSPOSE_AXES = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}
