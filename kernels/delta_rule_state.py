@@ -298,7 +298,8 @@ def rank1_update(ring, i, lhs, rhs, diag, fold):
     Per state tile, in one PSUM bank: the decay diagonal times S, then one matmul over the
     quadrant of (pair, fold row) rows that holds the tile adds its R pairs' outer products,
     sum_c lhs[c, w, i0] rhs[c, i1, j] = k_p[i0 * F + i1] delta_p[j]. ScalarE evicts into S. Each
-    sum has one non-zero term: PSUM holds fp32(fp32(decay * S) + k delta^T).
+    sum has one non-zero term, so PSUM adds decay * S and k delta^T once each (fp32 operands:
+    TensorE's two-pass fp32 products, not exact fp32 multiplies).
     """
     F, R = fold
     S = ring[:, i % ring.shape[1]]
