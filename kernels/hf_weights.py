@@ -55,30 +55,33 @@ def gdn_weights(module):
         raise ValueError(f"{type(module).__name__}: not a GDN module, missing {', '.join(missing)}")
     nk, nv, dk, dv = (int(getattr(module, n)) for n in HEAD_ATTRIBUTES)
     if nv % nk:
-        raise ValueError(f"{type(module).__name__}: num_v_heads ({nv}) must be a multiple of num_k_heads ({nk})")
+        raise ValueError(f"{type(module).__name__}: num_v_heads ({nv}) must be a multiple of "
+                         f"num_k_heads ({nk})")
 
     if all(f"{n}.weight" in params for n in QWEN3_5_PROJECTIONS):
         qkv, z, a, b = (params[f"{n}.weight"].detach() for n in QWEN3_5_PROJECTIONS)
     elif all(f"{n}.weight" in params for n in QWEN3_NEXT_PROJECTIONS):
-        qkv, z, a, b = _deinterleave(params["in_proj_qkvz.weight"].detach(), params["in_proj_ba.weight"].detach(),
-                                     nk, nv, dk, dv)
+        qkv, z, a, b = _deinterleave(params["in_proj_qkvz.weight"].detach(),
+                                     params["in_proj_ba.weight"].detach(), nk, nv, dk, dv)
     else:
-        have = ", ".join(sorted(n.split(".")[0] for n in params if n.startswith("in_proj"))) or "none"
+        have = ", ".join(sorted(n.split(".")[0] for n in params if n.startswith("in_proj")))
+        have = have or "none"
         raise ValueError(
-            f"{type(module).__name__}: expected the Qwen3.5 projections {', '.join(QWEN3_5_PROJECTIONS)} or the "
-            f"Qwen3-Next projections {', '.join(QWEN3_NEXT_PROJECTIONS)}, found {have}")
+            f"{type(module).__name__}: expected the Qwen3.5 projections "
+            f"{', '.join(QWEN3_5_PROJECTIONS)} or the Qwen3-Next projections "
+            f"{', '.join(QWEN3_NEXT_PROJECTIONS)}, found {have}")
 
     key_dim, value_dim = nk * dk, nv * dv
     expected = {"in_proj qkv": (qkv, 2 * key_dim + value_dim), "in_proj z": (z, value_dim),
                 "in_proj a": (a, nv), "in_proj b": (b, nv)}
     for name, (w, rows) in expected.items():
         if w.dim() != 2 or w.shape[0] != rows:
-            raise ValueError(f"{type(module).__name__}: {name} weight should have {rows} output rows, "
-                             f"got shape {tuple(w.shape)}")
+            raise ValueError(f"{type(module).__name__}: {name} weight should have {rows} output "
+                             f"rows, got shape {tuple(w.shape)}")
     conv = params["conv1d.weight"].detach()
     if conv.dim() != 3 or conv.shape[:2] != (2 * key_dim + value_dim, 1):
-        raise ValueError(f"{type(module).__name__}: conv1d.weight should be [conv_dim, 1, K] with conv_dim = "
-                         f"{2 * key_dim + value_dim}, got {tuple(conv.shape)}")
+        raise ValueError(f"{type(module).__name__}: conv1d.weight should be [conv_dim, 1, K] with "
+                         f"conv_dim = {2 * key_dim + value_dim}, got {tuple(conv.shape)}")
 
     def bf16_t(w):   # nn.Linear weight [out, H] -> the kernel's [H, out]
         return to_numpy(w.to(torch.bfloat16).t().contiguous())
@@ -99,9 +102,10 @@ def _deinterleave(w_qkvz, w_ba, nk, nv, dk, dv):
     the q | k | v, head-major order of Qwen3.5 (transformers' `fix_query_key_value_ordering`)."""
     G, H = nv // nk, w_qkvz.shape[-1]
     if w_qkvz.shape != (nk * (2 * dk + 2 * G * dv), H) or w_ba.shape != (2 * nv, H):
-        raise ValueError(f"in_proj_qkvz / in_proj_ba should be [{nk * (2 * dk + 2 * G * dv)}, H] / [{2 * nv}, H], "
-                         f"got {tuple(w_qkvz.shape)} / {tuple(w_ba.shape)}")
-    wq, wk, wv, wz = w_qkvz.reshape(nk, 2 * dk + 2 * G * dv, H).split([dk, dk, G * dv, G * dv], dim=1)
+        raise ValueError(f"in_proj_qkvz / in_proj_ba should be [{nk * (2 * dk + 2 * G * dv)}, H] / "
+                         f"[{2 * nv}, H], got {tuple(w_qkvz.shape)} / {tuple(w_ba.shape)}")
+    groups = w_qkvz.reshape(nk, 2 * dk + 2 * G * dv, H)
+    wq, wk, wv, wz = groups.split([dk, dk, G * dv, G * dv], dim=1)
     qkv = torch.cat([wq.reshape(nk * dk, H), wk.reshape(nk * dk, H), wv.reshape(nv * dv, H)])
     wba = w_ba.reshape(nk, 2 * G, H)
     return qkv, wz.reshape(nv * dv, H), wba[:, G:].reshape(nv, H), wba[:, :G].reshape(nv, H)

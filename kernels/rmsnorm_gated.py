@@ -74,7 +74,8 @@ def rmsnorm_gated_tile(out, o, z, w, ones=None):
     eps = nl.ndarray((dv, 1), nl.float32, name="eps")
     nisa.memset(eps, RMSNORM_EPS, engine=nisa.engine.gpsimd)
 
-    fmax = nl.tile_size.psum_bank_fmax       # (head, batch) columns of one PSUM bank of fp32 sums
+    # (head, batch) columns of one PSUM bank of fp32 sums
+    fmax = nl.tile_size.psum_bank_fmax
     b_chunk = min(B, fmax)
     h_chunk = max(1, fmax // b_chunk)
     for h0 in range(0, nv, h_chunk):
@@ -84,8 +85,9 @@ def rmsnorm_gated_tile(out, o, z, w, ones=None):
             o_c = o[:, h0:h0 + hn, b0:b0 + bn]
             z_c = z[:, h0:h0 + hn, b0:b0 + bn]
 
-            # sum of squares over dv (partitions): square on VectorE, then ones^T @ sq on TensorE;
-            # the sum lands on every partition, already broadcast for the products below
+            # sum of squares over dv (partitions): square on VectorE, then ones^T @ sq
+            # on TensorE; the sum lands on every partition, already broadcast for the
+            # products below
             sq = nl.ndarray((dv, hn, bn), nl.float32, name="sq")
             nisa.tensor_tensor(sq, o_c, o_c, op=nl.multiply)
             ss = nl.ndarray((dv, hn, bn), nl.float32, buffer=nl.psum, name="ss")

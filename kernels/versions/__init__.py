@@ -1,1 +1,1 @@
-"""Earlier versions of the stage kernels, the steps each stage chapter takes to the final one."""
+"""Earlier versions of the stage kernels, kept so the book's chapters can run and profile them."""
