@@ -149,7 +149,7 @@ def _event(ins, slot):
         read, written = costs.hbm_bytes(ins)
         args.update(src=ins.reads[0].buffer, dst=ins.writes[0].buffer, bytes=t.bytes, hbm_read_bytes=read,
                     hbm_write_bytes=written, descriptors=t.descriptors, engines=t.engines,
-                    latency_us=t.latency_us)
+                    latency_us=t.latency_us, trigger_us=slot.trigger_us)
     else:
         args.update(partitions=ins.partitions, free_elements=ins.free_elements)
     return {"lane": slot.lane, "name": _name(ins), "start_us": slot.start_us,

@@ -60,6 +60,7 @@ class Slot:
     deps: tuple          # indices of the instructions it waited for
     transfer: costs.Transfer = None  # a DMA's cost
     work: str = None     # e.g. "ACT_TABLE_LOAD exp"
+    trigger_us: float = None  # a DMA: when its queue triggered it (its fixed latency runs from here)
 
 
 def lane_name(core, lane, cores):
@@ -290,6 +291,7 @@ class _Simulation:
         self.remaining = {}                              # DMA moving data -> work bytes left
         self.ready = [0.0] * len(edges)
         self.start = [None] * len(edges)
+        self.trigger = {}
         self.end = [None] * len(edges)
         self.timers = []                                 # heap of (time, order, kind, node)
         self.order = itertools.count()
@@ -331,7 +333,7 @@ class _Simulation:
             raise RuntimeError(f"nkicpu.schedule: instructions {stuck[:5]} never became ready; a depends_on "
                                f"edge to a later instruction made a cycle")
         slots = [Slot(i, self.lane_of[i], self.ready[i], self.start[i], self.end[i], self.deps[i],
-                      self.transfers.get(i)) for i in range(len(self.ins))]
+                      self.transfers.get(i), trigger_us=self.trigger.get(i)) for i in range(len(self.ins))]
         slots += [Slot(i, self.lane_of[node], self.ready[node], self.start[node], self.end[node], (), work=name)
                   for node, (name, i, _) in self.work.items()]
         return slots
@@ -347,6 +349,7 @@ class _Simulation:
             if lane in self.dma_lanes:
                 while queue and self.waiting[queue[0]] == 0:   # trigger in order
                     i = queue.popleft()
+                    self.trigger[i] = self.now
                     self._timer(self.now + self.transfers[i].latency_us, "arrive", i)
                 if not self.busy[lane] and self.arrived[lane]:
                     i = self.arrived[lane].popleft()

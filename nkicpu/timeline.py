@@ -114,7 +114,8 @@ def _draw_marks(ax, fig, marks, tracks, colors):
 def plot_timeline(profile, ax=None, title=None, marks=()):
     """One horizontal lane per engine and DMA queue, x in microseconds; returns the Figure.
 
-    DMA bars show their fixed latency (descriptor and semaphore time before data moves) lighter.
+    A thin line just under a DMA lane shows its fixed latency: from the moment its queue triggers
+    it until its data may move (descriptor and semaphore time; it overlaps earlier transfers).
     `marks` (a sequence of `Mark`) label the events a text discusses; their labels, and those of the
     HBM roofline and the best time, sit in rows above the lanes, so no label covers a bar.
     """
@@ -131,10 +132,11 @@ def plot_timeline(profile, ax=None, title=None, marks=()):
         spans = [(e["start_us"], e["dur_us"]) for e in events]
         edges = ["black" if d >= visible else "none" for _, d in spans]
         ax.broken_barh(spans, (y - 0.38, 0.76), facecolors=_color(lane), edgecolors=edges, linewidth=0.25)
-        fixed = [(e["start_us"], min(e["args"]["latency_us"], e["dur_us"])) for e in events
-                 if e.get("args", {}).get("latency_us")]
-        if fixed:
-            ax.broken_barh(fixed, (y - 0.38, 0.76), facecolors="white", alpha=0.55, edgecolors="none")
+        for e in events:        # a DMA's fixed latency: from its trigger until its data can move
+            a = e.get("args", {})
+            if a.get("trigger_us") is not None and a.get("latency_us"):
+                ax.plot([a["trigger_us"], a["trigger_us"] + a["latency_us"]], [y + 0.45, y + 0.45],
+                        color="0.25", linewidth=0.8, solid_capstyle="butt")
         if name == lane:
             ax.text(1.008, y, f"{profile.busy.get(lane, 0.0):.0%}", transform=ax.get_yaxis_transform(),
                     va="center", ha="left", fontsize=FONT, color="0.45")
@@ -155,7 +157,7 @@ def plot_timeline(profile, ax=None, title=None, marks=()):
     ax.text(1.008, 1.0, "busy", transform=ax.transAxes, va="bottom", ha="left", fontsize=FONT,
             color="0.45")
     has_dma = any("DMA" in lane for _, lane, _ in tracks)
-    legend = "lighter start of a DMA bar: its fixed latency" if has_dma else None
+    legend = "thin line: a DMA's fixed latency, from its trigger to its first byte" if has_dma else None
     head = f"{title} — " if title else ""
     ax.set_title(f"{head}{profile.label}, {profile.band()}" + (f"\n{legend}" if legend else ""),
                  fontsize=FONT + 1, pad=10)

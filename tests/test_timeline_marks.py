@@ -58,10 +58,13 @@ def test_unknown_lane_is_named(prof):
 def test_dma_fixed_latency_is_drawn_and_text_is_large_enough(prof):
     fig = plot_timeline(prof)
     ax = fig.axes[0]
-    latencies = [e["args"]["latency_us"] for e in prof.events if e["lane"].startswith("DMA")]
-    assert latencies and min(latencies) > 0
-    overlays = [c for c in ax.collections if tuple(c.get_facecolor()[0][:3]) == (1.0, 1.0, 1.0)]
-    assert overlays, "no fixed-latency overlay on the DMA lanes"
+    dma = [e["args"] for e in prof.events if e["lane"].startswith("DMA")]
+    assert dma and all(a["trigger_us"] + a["latency_us"] <= e_start + 1e-9 for a, e_start in
+                       zip(dma, [e["start_us"] for e in prof.events if e["lane"].startswith("DMA")]))
+    spans = sorted((round(min(l.get_xdata()), 9), round(max(l.get_xdata()), 9)) for l in ax.lines
+                   if l.get_linewidth() == 0.8 and len(set(l.get_ydata())) == 1)
+    assert spans == sorted((round(a["trigger_us"], 9), round(a["trigger_us"] + a["latency_us"], 9))
+                           for a in dma), "each DMA's latency drawn from its trigger"
     assert "fixed latency" in ax.get_title()
     # every text in the figure at least FONT points: >= 10 px when 10 inches span >= 800 px
     sizes = [t.get_fontsize() for t in ax.texts + ax.get_yticklabels() + ax.get_xticklabels()]
