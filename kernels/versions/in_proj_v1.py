@@ -44,7 +44,8 @@ def load_inputs(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b):
 
 
 def project_v1(out, hidden_T, W):
-    """out [B, N] @ HBM = hidden @ W: per 128 channels, KT block loads and matmuls, one store."""
+    """out [B, N] @ HBM = hidden @ W: per 128 channels, KT block loads and matmuls,
+    one store."""
     H, N = W.shape
     pmax = nl.tile_size.pmax
     KT = H // pmax

@@ -21,8 +21,8 @@ def weight_chunks(KT, width):
 
 
 def project_v2(out, hidden_T, W):
-    """out [B, N] @ HBM = hidden @ W: per 512 channels, a few large chunk loads, then per 128
-    channels the matmuls of v1 and one transposing store."""
+    """out [B, N] @ HBM = hidden @ W: per 512 channels, a few large chunk loads, then
+    per 128 channels the matmuls of v1 and one transposing store."""
     H, N = W.shape
     pmax = nl.tile_size.pmax
     KT = H // pmax
@@ -42,8 +42,10 @@ def project_v2(out, hidden_T, W):
             for j in range(g):
                 for t in range(len(accs)):
                     n = accs[t].shape[0]
-                    nisa.nc_matmul(dst=accs[t], stationary=w[:, j, t * pmax:t * pmax + n],
-                                   moving=hidden_T[:, kt0 + j, :], accumulate=(kt0 + j > 0))
+                    nisa.nc_matmul(dst=accs[t],
+                                   stationary=w[:, j, t * pmax:t * pmax + n],
+                                   moving=hidden_T[:, kt0 + j, :],
+                                   accumulate=(kt0 + j > 0))
         for t in range(len(accs)):
             c0 = g0 + t * pmax
             n = accs[t].shape[0]

@@ -9,8 +9,8 @@ from .in_proj_v2 import GROUP, weight_chunks
 
 
 def project_v3(out, hidden_T, W):
-    """out [B, N] @ HBM = hidden @ W: per 512 channels, the chunk loads of v2, one matmul per
-    chunk row into one PSUM bank, one eviction and one row store."""
+    """out [B, N] @ HBM = hidden @ W: per 512 channels, the chunk loads of v2, one
+    matmul per chunk row into one PSUM bank, one eviction and one row store."""
     H, N = W.shape
     pmax = nl.tile_size.pmax
     KT = H // pmax
@@ -25,8 +25,8 @@ def project_v3(out, hidden_T, W):
             w = nl.ndarray((pmax, g, width), dtype=W.dtype, buffer=nl.sbuf)
             nisa.dma_copy(dst=w, src=W3[:, kt0:kt0 + g, g0:g0 + width])
             for j in range(g):
-                nisa.nc_matmul(dst=acc, stationary=hidden_T[:, kt0 + j, :], moving=w[:, j, :],
-                               accumulate=(kt0 + j > 0))
+                nisa.nc_matmul(dst=acc, stationary=hidden_T[:, kt0 + j, :],
+                               moving=w[:, j, :], accumulate=(kt0 + j > 0))
         rows = nl.ndarray((B, width), dtype=out.dtype, buffer=nl.sbuf)
         nisa.tensor_copy(dst=rows, src=acc)
         nisa.dma_copy(dst=out[:, g0:g0 + width], src=rows)
@@ -47,7 +47,7 @@ def in_proj_kernel(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b):
         mixed_qkv, z, a, b: [B, N] @ shared HBM, bf16 (fp32 sums, one rounding).
 
     Notes:
-        - (H / 128) * ceil(N / 512) matmuls per weight, a quarter of v2's; the [B, 512] sums
+        - (H / 128) * ceil(N / 512) matmuls per weight, about a quarter of v2's; the [B, 512] sums
           leave as B contiguous rows, no transposing store.
 
     Pseudocode:
