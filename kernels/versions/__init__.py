@@ -1,1 +1,1 @@
-"""Earlier versions of the stage kernels: the steps of a chapter, ending at kernels/<stage>.py."""
+"""Earlier versions of the stage kernels, kept so the book's chapters can run and profile them."""
