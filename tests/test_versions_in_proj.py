@@ -1,11 +1,12 @@
 """Stage 1's earlier kernels (kernels/versions/in_proj_v*.py, the chapter's steps) against
 kernels.reference.in_proj_ref: a tiny shape with ragged channel counts, one real shard, inputs left
-unmodified, and a bad input that each version rejects naming the argument."""
+unmodified, a bad input that each version rejects naming the argument, and the NKI subset."""
 import numpy as np
 import pytest
 
 import kernels  # noqa: F401  (registers nki)
 import nki
+import nkicpu
 from kernels.configs import TEST_SHARDS, GDNShape
 from kernels.reference import in_proj_ref, make_inputs, to_numpy, to_torch
 from kernels.registry import BY_NAME
@@ -45,3 +46,8 @@ def test_version_rejects_weight_with_wrong_rows(version):
                rf"got shape \[128, {TINY.value_dim}\]")
     with pytest.raises(AssertionError, match=message):
         nki.simulate(version.in_proj_kernel)(*args)
+
+
+@pytest.mark.parametrize("version", VERSIONS, ids=lambda m: m.__name__.rsplit(".", 1)[1])
+def test_version_in_the_nki_subset(version):
+    nkicpu.subset.check_kernel(version.in_proj_kernel)
