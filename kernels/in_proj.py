@@ -257,7 +257,7 @@ def _columns_group(dst, hidden_T, W3, c0, chunks):
         b0, bb = chunks[c]
         sums = nl.ndarray((bb, width), dtype=nl.float32, buffer=nl.sbuf)     # row-major, exact
         _evict_banks(sums, accs[c])
-        per_bank = nl.tile_size.psum_bank_fmax // bb                           # [P, bb] fp32 transposes
+        per_bank = nl.tile_size.psum_bank_fmax // bb       # [P, bb] fp32 transposes per bank
         for i0 in range(0, nt, per_bank):
             m = min(per_bank, nt - i0)
             ps = nl.ndarray((P, m, bb), dtype=nl.float32, buffer=nl.psum)
