@@ -44,11 +44,15 @@ def gated_delta_rule_v2(q, k, v, a, b, A_log, dt_bias, recurrent_state):
     R = PMAX // q.shape[2]
     while QUADRANT % R:
         R -= 1
-    return one_buffer_kernel(q, k, v, a, b, A_log, dt_bias, recurrent_state, (1, R))
+    return one_buffer_kernel(q, k, v, a, b, A_log, dt_bias, recurrent_state, (1, R), 1, 0)
 
 
-def one_buffer_kernel(q, k, v, a, b, A_log, dt_bias, recurrent_state, fold):
-    """The stage HBM to HBM with the state in `fold` (F, R) layout and one state buffer."""
+def one_buffer_kernel(q, k, v, a, b, A_log, dt_bias, recurrent_state, fold, slots, ahead):
+    """The stage HBM to HBM, the state in `fold` (F, R) layout, sub-chunk i in buffer i % slots,
+    its load issued `ahead` sub-chunks before it computes (versions 2 and 3: 1 slot, 0 ahead).
+
+    Program order is the schedule: a load issued after the store before it queues behind it.
+    """
     B, nv, dk = q.shape
     dv = v.shape[2]
     o = nl.ndarray((B, nv, dv), nl.bfloat16, buffer=nl.shared_hbm, name="o")
@@ -60,14 +64,16 @@ def one_buffer_kernel(q, k, v, a, b, A_log, dt_bias, recurrent_state, fold):
     steps = stream_steps(B, nv, fold)
     F, R = fold
     tiles = -(-steps[0][3] // R)
-    S = nl.ndarray((R * (dk // F), 1, tiles, F * dv), nl.float32, name="state")  # one slot
+    S = nl.ndarray((R * (dk // F), slots, tiles, F * dv), nl.float32, name="state")
     ins = (qT, kT, vT, gates, o_sb.dtype, consts, fold)
     chunk = {}
+    for i in range(ahead):
+        move_state(S, recurrent_state, steps, i, fold, load=True)
     for i in range(len(steps)):
         b0, bc, s0, mc = steps[i]
         if s0 == 0:                                       # a chunk starts: its per-pair inputs
             chunk = _prepare_chunk({"b0": b0, "bc": bc}, 0, CHUNK_PHASES, ins)
-        move_state(S, recurrent_state, steps, i, fold, load=True)
+        move_state(S, recurrent_state, steps, i + ahead, fold, load=True)   # none past the end
         kvsq = state_products(S, chunk["x"], steps, i, fold)             # S^T [k, q]
         delta = _delta_and_output(chunk, kvsq, s0, mc)
         lhs, rhs = outer_operands(chunk["qk"], delta, s0, consts)

@@ -29,4 +29,4 @@ def gated_delta_rule_v3(q, k, v, a, b, A_log, dt_bias, recurrent_state):
     """
     check_delta_rule_inputs(q, k, v, a, b, A_log, dt_bias, recurrent_state)
     fold = state_fold(q.shape[2], v.shape[2])
-    return one_buffer_kernel(q, k, v, a, b, A_log, dt_bias, recurrent_state, fold)
+    return one_buffer_kernel(q, k, v, a, b, A_log, dt_bias, recurrent_state, fold, 1, 0)
