@@ -27,7 +27,7 @@ def gated_delta_rule_v1(q, k, v, a, b, A_log, dt_bias, recurrent_state):
 
     Notes:
         - Checks as gated_delta_rule_kernel (AssertionError naming the argument).
-        - About 20 instructions and 9 DMAs per pair, each pair after the one before.
+        - About 22 instructions and 10 DMAs per pair, each pair after the one before.
 
     Pseudocode:
         for b_, h in pairs:

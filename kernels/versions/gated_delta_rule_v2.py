@@ -44,10 +44,10 @@ def gated_delta_rule_v2(q, k, v, a, b, A_log, dt_bias, recurrent_state):
     R = PMAX // q.shape[2]
     while QUADRANT % R:
         R -= 1
-    return one_buffer_kernel(q, k, v, a, b, A_log, dt_bias, recurrent_state, (1, R), 1, 0)
+    return batched_kernel(q, k, v, a, b, A_log, dt_bias, recurrent_state, (1, R), 1, 0)
 
 
-def one_buffer_kernel(q, k, v, a, b, A_log, dt_bias, recurrent_state, fold, slots, ahead):
+def batched_kernel(q, k, v, a, b, A_log, dt_bias, recurrent_state, fold, slots, ahead):
     """The stage HBM to HBM, the state in `fold` (F, R) layout, sub-chunk i in buffer i % slots,
     its load issued `ahead` sub-chunks before it computes (versions 2 and 3: 1 slot, 0 ahead).
 

@@ -3,7 +3,7 @@ import nki
 
 from ..delta_rule_state import state_fold
 from ..gated_delta_rule import check_delta_rule_inputs
-from .gated_delta_rule_v2 import one_buffer_kernel
+from .gated_delta_rule_v2 import batched_kernel
 
 
 @nki.jit
@@ -29,4 +29,4 @@ def gated_delta_rule_v3(q, k, v, a, b, A_log, dt_bias, recurrent_state):
     """
     check_delta_rule_inputs(q, k, v, a, b, A_log, dt_bias, recurrent_state)
     fold = state_fold(q.shape[2], v.shape[2])
-    return one_buffer_kernel(q, k, v, a, b, A_log, dt_bias, recurrent_state, fold, 1, 0)
+    return batched_kernel(q, k, v, a, b, A_log, dt_bias, recurrent_state, fold, 1, 0)
