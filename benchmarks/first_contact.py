@@ -157,12 +157,7 @@ def run_profiled(args, name, command, env):
     work.mkdir(parents=True, exist_ok=True)
     timeout = 3 * args.timeout      # its kernel process, capture and view each get --timeout
     print(f"$ {_shown(command, env)}", flush=True)
-    try:
-        r = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
-                           timeout=timeout)
-        log, status = f"{r.stdout}\n{r.stderr}", f"exit {r.returncode}"
-    except subprocess.TimeoutExpired as e:
-        log, status = on_trn.process_output(e), f"no exit within {timeout} s"
+    log, status = on_trn.run_logged(command, env, timeout)
     (work / "runner.log").write_text(f"# {status}\n{log}")
     run = work / on_trn.KERNEL_RUN
     record = json.loads(run.read_text()) if run.is_file() else {

@@ -574,12 +574,7 @@ def kernel_process(command, work, env, timeout):
     (work / KERNEL_RUN).unlink(missing_ok=True)
     shown = shlex.join(str(c) for c in command)
     print(f"$ {shown}", flush=True)
-    try:
-        r = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
-                           timeout=timeout)
-        log, status = f"{r.stdout}\n{r.stderr}", f"exit {r.returncode}"
-    except subprocess.TimeoutExpired as e:
-        log, status = process_output(e), f"no exit within {timeout} s"
+    log, status = run_logged(command, env, timeout)
     (work / "kernel_process.log").write_text(f"$ {shown}\n# {status}\n{log}")
     if (work / KERNEL_RUN).is_file():
         record = json.loads((work / KERNEL_RUN).read_text())
@@ -588,6 +583,16 @@ def kernel_process(command, work, env, timeout):
         return record
     return {"ok": False, "check": None, "error": {"type": "kernel process", "message":
             f"{status}, no {KERNEL_RUN} written; the log ends:\n{_tail(log, 25)}"}}
+
+
+def run_logged(command, env, timeout):
+    """Run `command` from the repository root; (its stdout and stderr, "exit N" or the timeout)."""
+    try:
+        r = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
+                           timeout=timeout)
+        return f"{r.stdout}\n{r.stderr}", f"exit {r.returncode}"
+    except subprocess.TimeoutExpired as e:
+        return process_output(e), f"no exit within {timeout} s"
 
 
 def process_output(timeout_expired):

@@ -53,21 +53,28 @@ def state_fold(dk, dv):
     return 1, R
 
 
-def fold_constants(dk, dv, nv, fold):
+def fold_ones(dk, dv, nv):
+    """The [P, P] fp32 all-ones tile of the stage's partition reductions and broadcasts,
+    P = max(dk, dv, nv, R * dk / F) (GpSimd). The fused kernel's RMSNorm reuses it."""
+    F, R = state_fold(dk, dv)
+    P = max(dk, dv, nv, R * (dk // F))
+    ones = nl.ndarray((P, P), nl.float32, name="ones")
+    nisa.memset(ones, 1.0, engine=nisa.engine.gpsimd)
+    return ones
+
+
+def fold_constants(dk, fold, ones):
     """The 0/1 fp32 tiles the fold's matmuls and masks use, built once (GpSimd, VectorE).
 
-    ones [P, P]; ident [128, 128]; div_f[p, c] = (p // F == c); mod_f[p, c] = (p % F == c);
-    quad_f[p, w] = (p // F % (32 / F) == w); mask_r[p, r] = (p // Pd == r) [R * Pd, R];
-    mask_p[p, c] = (p // Pd == c % R); sel[i, i1, r, i0] = (i == i0 * F + i1) [dk, F, R, Pd].
-    Returns a dict of these names.
+    ones (fold_ones, passed in); ident [128, 128]; div_f[p, c] = (p // F == c);
+    mod_f[p, c] = (p % F == c); quad_f[p, w] = (p // F % (32 / F) == w);
+    mask_r[p, r] = (p // Pd == r) [R * Pd, R]; mask_p[p, c] = (p // Pd == c % R);
+    sel[i, i1, r, i0] = (i == i0 * F + i1) [dk, F, R, Pd]. Returns a dict of these names.
     """
     F, R = fold
     Pd = dk // F
     RP = R * Pd
-    P = max(dk, dv, nv, RP)
-    c = {}
-    c["ones"] = nl.ndarray((P, P), nl.float32, name="ones")
-    nisa.memset(c["ones"], 1.0, engine=nisa.engine.gpsimd)
+    c = {"ones": ones}
     ramp = nl.ndarray((PMAX, PMAX), nl.float32, name="ramp")
     nisa.iota(ramp, [[1, PMAX]], offset=0, channel_multiplier=-1)        # ramp[p, j] = j - p
     ident = nl.ndarray((PMAX, PMAX), nl.float32, name="ident")
@@ -298,7 +305,8 @@ def rank1_update(ring, i, lhs, rhs, diag, fold):
     Per state tile, in one PSUM bank: the decay diagonal times S, then one matmul over the
     quadrant of (pair, fold row) rows that holds the tile adds its R pairs' outer products,
     sum_c lhs[c, w, i0] rhs[c, i1, j] = k_p[i0 * F + i1] delta_p[j]. ScalarE evicts into S. Each
-    sum has one non-zero term: PSUM holds fp32(fp32(decay * S) + k delta^T).
+    sum has one non-zero term, so PSUM adds decay * S and k delta^T once each (fp32 operands:
+    TensorE's two-pass fp32 products, not exact fp32 multiplies).
     """
     F, R = fold
     S = ring[:, i % ring.shape[1]]

@@ -10,7 +10,7 @@ import nki.isa as nisa
 
 from .checks import expect, expect_dtype, expect_rank, expect_shape
 from .delta_rule_state import (PMAX, STATE_BUFFERS, block_diagonal_qk, broadcast_gates,
-                               decay_diagonals, fold_constants, fold_decay, move_state,
+                               decay_diagonals, fold_constants, fold_decay, fold_ones, move_state,
                                outer_operands, rank1_update, spread_gates, state_fold,
                                state_products, state_ring, stream_steps)
 from .gqa_repeat import value_heads_view
@@ -20,7 +20,8 @@ L2NORM_EPS = 1e-6     # l2norm(x) = x * rsqrt(sum(x^2) + eps): eps inside the sq
 CHUNK_PHASES = 3      # _prepare_chunk's phases, issued under the previous chunk's sub-chunks
 
 
-def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurrent_state):
+def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurrent_state,
+                           ones=None):
     """One decode step of the gated delta rule on channel-major SBUF tiles, state HBM -> HBM.
 
     Dimensions:
@@ -39,6 +40,8 @@ def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurren
         A_log (nl.ndarray): [nv, 1] @ SBUF, fp32.
         dt_bias (nl.ndarray): [nv, 1] @ SBUF, fp32.
         recurrent_state (nl.ndarray): [B, nv, dk, dv] @ HBM, fp32, read only.
+        ones (nl.ndarray): optional, fold_ones(dk, dv, nv) built by a caller that reuses it;
+            built here if None.
 
     Returns:
         None; `o` and `new_state` hold the results.
@@ -70,7 +73,9 @@ def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurren
     dk, _, B = q.shape
     dv, nv, _ = v.shape
     fold = state_fold(dk, dv)
-    consts = fold_constants(dk, dv, nv, fold)
+    if ones is None:
+        ones = fold_ones(dk, dv, nv)
+    consts = fold_constants(dk, fold, ones)
     gates = _gates(a, b, A_log, dt_bias)                  # exp(g), beta: [nv, 2, B]
     steps = stream_steps(B, nv, fold)
     ring = state_ring(dk, dv, steps, fold)

@@ -19,6 +19,7 @@ import nki.language as nl
 
 from .checks import expect
 from .conv1d_decode import conv1d_decode_channels
+from .delta_rule_state import fold_ones
 from .gated_delta_rule import gated_delta_rule_block, load_head_params
 from .gqa_repeat import expand_key_heads
 from .gdn_block_checks import block_dims, check_block_dtypes
@@ -146,17 +147,18 @@ def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
         q = _value_heads(q, h0, nh, G, "q_rep")
         k = _value_heads(k, h0, nh, G, "k_rep")
 
-    # stage 4: the recurrence of this program's heads
+    # stage 4: the recurrence of this program's heads; its ones tile serves stage 5 too
     A_sb, dt_sb = load_head_params(A_log, dt_bias, h0, nh)
     o = nl.ndarray((dv, nh, B), nl.bfloat16, name="o")
+    ones = fold_ones(dk, dv, nh)
     gated_delta_rule_block(o, new_recurrent_state[:, h0:h1], q, k, v_c, a, b, A_sb, dt_sb,
-                           recurrent_state[:, h0:h1])
+                           recurrent_state[:, h0:h1], ones=ones)
     if z_last:
         project_columns(z, hidden_T, W_in_z, col0=h0 * dv)
 
     # stage 5, then the only activation store: each token's row of this program's heads
     y = nl.ndarray((dv, nh, B), nl.bfloat16, name="y")
-    rmsnorm_gated_tile(y, o, z, load_norm_weight(norm_weight))
+    rmsnorm_gated_tile(y, o, z, load_norm_weight(norm_weight), ones=ones[0:dv, 0:dv])
     store_rows(out[:, 0, h0 * dv:h1 * dv], y)
     return out, new_conv_state, new_recurrent_state
 

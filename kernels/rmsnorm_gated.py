@@ -14,7 +14,7 @@ from .layout import load_channel_major, store_rows
 RMSNORM_EPS = 1e-6      # config.rms_norm_eps of every Qwen3-Next / Qwen3.5 model
 
 
-def rmsnorm_gated_tile(out, o, z, w):
+def rmsnorm_gated_tile(out, o, z, w, ones=None):
     """Gated RMSNorm of channel-major SBUF tiles: out = o * rsqrt(mean_dv(o^2) + eps) * w * silu(z).
 
     The building block of stage 5, called by the standalone kernel and by the fused decode kernel.
@@ -31,6 +31,8 @@ def rmsnorm_gated_tile(out, o, z, w):
             stage stores o in bf16), the core attention output; o[j, h, b] = o_hbm[b, h, j].
         z (nl.ndarray): [dv, nv, B] @ SBUF, bf16, the gate; z[j, h, b] = z_hbm[b, h*dv + j].
         w (nl.ndarray): [dv, 1] @ SBUF, fp32, norm_weight as a per-partition scalar operand.
+        ones (nl.ndarray): optional [dv, dv] @ SBUF, fp32, all ones, from a caller that has one
+            (the fused kernel reuses the delta rule's); built here if None.
 
     Returns:
         None; `out` holds the result.
@@ -65,8 +67,10 @@ def rmsnorm_gated_tile(out, o, z, w):
         o = o_bf16
 
     # Constants on GpSimd (otherwise idle), so VectorE can start squaring at once.
-    ones = nl.ndarray((dv, dv), nl.float32, name="ones")
-    nisa.memset(ones, 1.0, engine=nisa.engine.gpsimd)
+    if ones is None:
+        ones = nl.ndarray((dv, dv), nl.float32, name="ones")
+        nisa.memset(ones, 1.0, engine=nisa.engine.gpsimd)
+    expect_shape(ones, "ones", (dv, dv))
     eps = nl.ndarray((dv, 1), nl.float32, name="eps")
     nisa.memset(eps, RMSNORM_EPS, engine=nisa.engine.gpsimd)
 

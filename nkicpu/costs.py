@@ -148,7 +148,8 @@ ACT_TABLE_SWITCH_US = _const(
     f"{DELTANET_LOG}: 'Activation table map: t0={{COPY,SQUARE,RECIPROCAL_SQRT}}, t1=SIGMOID, t2=SILU, "
     "t3=EXP, t4=SOFTPLUS. A swap costs 1283 ns', 'exactly 1283 ns whether throttled or not'. Charged "
     "when a ScalarE instruction needs another table than the one loaded (see ACT_TABLES)", band=LIKELY,
-    disagreement="the documentation gives no table-switch cost (reference/nki-api.md section 4.9)")
+    disagreement=f"the documentation gives no table-switch cost ({SHARED}, 'nki-act-func', gives "
+                 "only valid input ranges)")
 
 # The function tables of ScalarE, from the measured map in ACT_TABLE_SWITCH_US's source. ScalarE
 # tensor_copy and tensor_scalar (multiply/add) run the identity function, counted with copy

@@ -1,14 +1,18 @@
 """An independent float64 NumPy model of the GDN decode step, for the tests.
 
-Written from reference/gdn-math.md, not from the torch code: float64 math with explicit
-per-(batch, head) loops, rounded to bf16 (ml_dtypes, round-to-nearest-even) at the same points as
-the reference (projections, conv output, o, final output). tests/test_reference.py checks the torch
-reference against it; the composition tests use it for long chained decodes.
+Written from the book's GDN chapter (book/gdn/math.md), not from the torch code: float64 math
+with explicit per-(batch, head) loops, rounded to bf16 (ml_dtypes, round-to-nearest-even) at the
+same points as the reference (projections, conv output, o, final output).
+tests/test_reference.py checks the torch reference against it; the composition tests use it for
+long chained decodes. Only the model's constants (the eps values, softplus's threshold) come from
+kernels.reference.
 """
 import math
 
 import ml_dtypes
 import numpy as np
+
+from kernels.reference import L2NORM_EPS, RMSNORM_EPS, SOFTPLUS_THRESHOLD
 
 BF16 = ml_dtypes.bfloat16
 
@@ -59,7 +63,7 @@ def np_gqa(conv_out, nk, dk, dv):
 
 
 def softplus(x):
-    return x if x > 20 else math.log1p(math.exp(x))
+    return x if x > SOFTPLUS_THRESHOLD else math.log1p(math.exp(x))
 
 
 def np_delta_rule(q, k, v, a, b, A_log, dt_bias, state):
@@ -69,8 +73,8 @@ def np_delta_rule(q, k, v, a, b, A_log, dt_bias, state):
     for bi in range(B):
         for h in range(nv):
             qh, kh, vh = f64(q[bi, h]), f64(k[bi, h]), f64(v[bi, h])
-            qh = qh / math.sqrt(qh @ qh + 1e-6) / math.sqrt(dk)
-            kh = kh / math.sqrt(kh @ kh + 1e-6)
+            qh = qh / math.sqrt(qh @ qh + L2NORM_EPS) / math.sqrt(dk)
+            kh = kh / math.sqrt(kh @ kh + L2NORM_EPS)
             g = -math.exp(float(A_log[h])) * softplus(float(a[bi, h]) + float(dt_bias[h]))
             beta = sigmoid(float(b[bi, h]))
             S = math.exp(g) * f64(state[bi, h])
@@ -87,7 +91,8 @@ def np_rmsnorm_gated(o, z, norm_weight):
     for h in range(nv):
         x = f64(o[:, h])
         zh = f64(z[:, h * dv:(h + 1) * dv])
-        y = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + 1e-6) * f64(norm_weight) * silu(zh)
+        rms = np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + RMSNORM_EPS)
+        y = x / rms * f64(norm_weight) * silu(zh)
         out[:, 0, h * dv:(h + 1) * dv] = bf16(y)
     return out
 

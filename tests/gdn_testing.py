@@ -38,6 +38,11 @@ def assert_bit_exact(got, want, name="conv_state"):
     assert_close(got, want, EXACT, name)
 
 
+def rel_rmse(got, want):
+    """Relative RMS error, sqrt(mean((got - want)^2) / mean(want^2)), in float64."""
+    return float(np.sqrt(np.mean((f64(got) - f64(want)) ** 2) / np.mean(f64(want) ** 2)))
+
+
 def run_unmodified(kernel_call, *arrays):
     """Run `kernel_call(*arrays)` and assert it left every input array bit-identical."""
     before = [a.copy() for a in arrays]

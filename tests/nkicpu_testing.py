@@ -50,5 +50,11 @@ def store(t):
     return out
 
 
+def allocation_id(capture, name):
+    """The id of the one allocation of an `nkicpu.capture` with this name."""
+    (alloc,) = [i for i, info in capture.allocations.items() if info.name == name]
+    return alloc
+
+
 def run(kernel, *args):
     return nki.simulate(kernel)(*args)

@@ -13,10 +13,11 @@ import nki.language as nl
 from kernels.delta_rule_state import DMA_TILES, STATE_BUFFERS, state_fold
 from kernels.gated_delta_rule import gated_delta_rule_hbm, gated_delta_rule_kernel
 from kernels.layout import store_rows
-from nkicpu.profile import profile_capture
+from nkicpu.profile import covered_us, event_end, profile_capture
 from kernels.reference import gated_delta_rule_ref, pipeline_inputs, to_numpy, to_torch
 from tests.gdn_testing import (SHARD_SHAPES, TINY_SHAPES, assert_output_close, assert_state_close, f64,
-                               run_unmodified, shapes_param)
+                               rel_rmse, run_unmodified, shapes_param)
+from tests.nkicpu_testing import allocation_id
 
 BF16 = ml_dtypes.bfloat16
 NAMES = ("q", "k", "v", "a", "b", "A_log", "dt_bias", "recurrent_state")
@@ -77,10 +78,6 @@ def check(x):
     assert_output_close(o, ref_o, "o")
     assert_state_close(state, ref_state)
     return o, state
-
-
-def rel_rmse(got, want):
-    return float(np.sqrt(np.mean((f64(got) - f64(want)) ** 2) / np.mean(f64(want) ** 2)))
 
 
 # --- against the reference --------------------------------------------------------------------
@@ -257,7 +254,7 @@ def _reference_bf16_beta(x):
 
 def test_inputs_unmodified():
     x = random_inputs(SHARD_SHAPES[4], seed=11)       # Qwen3.5-27B TP8, B=3
-    run_unmodified(lambda *arrays: nki.simulate(gated_delta_rule_kernel)(*arrays), *(x[n] for n in NAMES))
+    run_unmodified(nki.simulate(gated_delta_rule_kernel), *(x[n] for n in NAMES))
 
 
 def test_instruction_plan():
@@ -279,17 +276,11 @@ def test_instruction_plan():
     assert counts[("scalar", "activation")] == 2 * tiles + 8
     assert counts[("vector", "scalar_tensor_tensor")] == 1                            # the q normalisation
     assert counts[("dma", "dma_copy")] == 2 * (tiles // DMA_TILES) + 8   # + q, k, v, a, b, A_log, dt_bias, o
-    ring = _allocation(c, "state_ring")
+    ring = allocation_id(c, "state_ring")
     assert not any(a.alloc == ring for i in c.instructions if i.engine == "vector" for a in i.reads + i.writes)
     assert len(c.instructions) <= 3.1 * n
     assert c.peak_psum_banks <= 6
     assert c.peak_sbuf_bytes <= 96 * 1024
-
-
-def _allocation(capture, name):
-    """The id of the one allocation of a capture with this name."""
-    (alloc,) = [i for i, info in capture.allocations.items() if info.name == name]
-    return alloc
 
 
 def test_state_dmas_move_2_kib_per_partition():
@@ -313,7 +304,7 @@ def _state_stream(shape):
     """The capture of the stage at `shape`, and in program order the indices of its state loads
     (DMAs into the ring), state stores (DMAs out of it) and state updates (ScalarE evictions into it)."""
     c = nkicpu.capture(gated_delta_rule_kernel)(*(random_inputs(shape)[k] for k in NAMES))
-    ring = _allocation(c, "state_ring")
+    ring = allocation_id(c, "state_ring")
     loads = [i.index for i in c.instructions if i.engine == "dma" and i.writes[0].alloc == ring]
     stores = [i.index for i in c.instructions if i.engine == "dma" and i.reads[0].alloc == ring]
     updates = [i.index for i in c.instructions if i.engine == "scalar" and i.writes[0].alloc == ring]
@@ -347,18 +338,9 @@ def test_state_ring_is_bounded():
     shapes = []
     for B in (16, 64):
         c = nkicpu.capture(gated_delta_rule_kernel)(*(random_inputs(STREAM_SHAPE.with_batch(B))[k] for k in NAMES))
-        shapes.append(c.allocations[_allocation(c, "state_ring")].shape)
+        shapes.append(c.allocations[allocation_id(c, "state_ring")].shape)
     assert shapes[0] == shapes[1] == (128, STATE_BUFFERS, 8, 4 * 128)     # 64 KiB per partition
     assert c.peak_sbuf_bytes <= 112 * 1024
-
-
-def _covered_us(events):
-    """Time covered by at least one of the events (overlaps counted once)."""
-    total, reach = 0.0, float("-inf")
-    for start, end in sorted((e["start_us"], e["start_us"] + e["dur_us"]) for e in events):
-        if end > reach:
-            total, reach = total + end - max(start, reach), end
-    return total
 
 
 def test_modeled_state_stream_keeps_dma_busy():
@@ -369,7 +351,7 @@ def test_modeled_state_stream_keeps_dma_busy():
     c, *_ = _state_stream(STREAM_SHAPE)
     p = profile_capture(c)
     dma = [e for e in p.events if e["lane"].startswith("DMA")]
-    assert _covered_us(dma) >= 0.9 * p.total_us
+    assert covered_us([(e["start_us"], event_end(e)) for e in dma]) >= 0.9 * p.total_us
     assert p.best_us <= 1.2 * p.roofline_us
 
 

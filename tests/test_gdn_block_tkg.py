@@ -15,6 +15,7 @@ import pytest
 
 import kernels
 import nki
+import nkicpu
 from kernels.configs import TEST_SHARDS, GDNShape, model_shard
 from kernels.gdn_block import gdn_block_tkg
 from kernels.steps import (gdn_block_staged, gdn_block_staged_tkg, gdn_block_tkg_gqa_index,
@@ -22,7 +23,7 @@ from kernels.steps import (gdn_block_staged, gdn_block_staged_tkg, gdn_block_tkg
 from kernels.reference import gdn_block_tkg_ref, make_inputs, to_numpy, to_torch
 from tests.gdn_float64 import np_block
 from tests.gdn_testing import (assert_bit_exact, assert_output_close, assert_state_close, f64, run_unmodified,
-                               shapes_param)
+                               rel_rmse, shapes_param)
 
 BF16 = ml_dtypes.bfloat16
 
@@ -69,10 +70,6 @@ def check(got, x, state_rel_rmse=None):
         assert rel_rmse(state, want[2]) <= state_rel_rmse
         assert np.abs(f64(state) - want[2]).max() <= 2 ** -5 * np.abs(want[2]).max()
     return want
-
-
-def rel_rmse(got, want):
-    return float(np.sqrt(np.mean((f64(got) - f64(want)) ** 2) / np.mean(f64(want) ** 2)))
 
 
 @shapes_param(TINY + SHARDS)
@@ -146,30 +143,35 @@ CHAIN_STEPS = 1000
 CHAIN_STATE_RMSE = 1e-3
 
 
-def test_chained_decode_1000_steps():
-    """1000 decode steps, each feeding both new states to the next (fresh hidden per step), through
-    the kernel and through the float64 model (tests/gdn_float64.py) chained the same way. The
-    recurrent state's relative RMSE against the model stays within 1e-3 at every step."""
-    shape = CHAIN_SHAPE
-    x = make_inputs(shape, seed=8)
+def chained_decode(shape, steps, **overrides):
+    """Decode `steps` steps through the fused kernel and through the float64 model
+    (tests/gdn_float64.py), each step feeding both new states to the next (fresh hidden per step),
+    from make_inputs(shape, seed=8, **overrides). Yields per step (the state's relative RMSE
+    against the model, the kernel's out, the model's out)."""
+    x = make_inputs(shape, seed=8, **overrides)
     kernel = nki.simulate(gdn_block_tkg)
     rng = np.random.default_rng(9)
     conv_k = conv_m = x["conv_state"]
     state_k = state_m = x["recurrent_state"]
-    worst = 0.0
-    for step in range(CHAIN_STEPS):
+    for _ in range(steps):
         hidden = rng.standard_normal((shape.B, 1, shape.H)).astype(BF16)
         args = dict(x, hidden=hidden)
-        _, conv_k, state_k = kernel(*dict(args, conv_state=conv_k, recurrent_state=state_k).values())
+        out_k, conv_k, state_k = kernel(*dict(args, conv_state=conv_k, recurrent_state=state_k).values())
         model = np_block(dict(args, conv_state=conv_m, recurrent_state=state_m), shape.nk)
         conv_m, state_m = model["new_conv_state"], model["new_state"]
-        worst = max(worst, rel_rmse(state_k, state_m))
-        assert worst <= CHAIN_STATE_RMSE, f"state rel-RMSE {worst:.2e} at step {step}"
+        yield rel_rmse(state_k, state_m), out_k, model["out"]
+
+
+def test_chained_decode_1000_steps():
+    """The recurrent state's relative RMSE against the float64 model stays within 1e-3 at every
+    one of 1000 chained decode steps."""
+    for step, (state_err, _, _) in enumerate(chained_decode(CHAIN_SHAPE, CHAIN_STEPS)):
+        assert state_err <= CHAIN_STATE_RMSE, f"state rel-RMSE {state_err:.2e} at step {step}"
 
 
 def test_inputs_unmodified():
     x = make_inputs(TEST_SHARDS[1].with_batch(3), seed=10)
-    run_unmodified(lambda *arrays: nki.simulate(gdn_block_tkg)(*arrays), *x.values())
+    run_unmodified(nki.simulate(gdn_block_tkg), *x.values())
 
 
 def test_exported_from_package():
@@ -263,6 +265,15 @@ def test_reference_rejects_shapes_alike(case):
     changes, match = BAD_INPUTS[case]
     with pytest.raises(ValueError, match=match):
         gdn_block_tkg_ref(*(to_torch(v) for v in _bad(**changes).values()))
+
+
+def test_fused_kernel_builds_one_ones_tile():
+    """The delta rule's all-ones tile serves RMSNormGated's reduction too: one memset of it."""
+    x = make_inputs(model_shard("Qwen3-Next-80B", 4, B=2), seed=14)
+    c = nkicpu.capture(gdn_block_tkg)(*x.values())
+    filled = [c.allocations[w.alloc].name for i in c.instructions if i.opcode == "memset"
+              for w in i.writes]
+    assert filled.count("ones") == 1, filled
 
 
 def test_rejects_a_batch_whose_activations_do_not_fit_on_chip():

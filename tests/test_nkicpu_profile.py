@@ -11,7 +11,7 @@ import nkicpu
 from nkicpu import costs
 from nkicpu.profile import (core_parts, covered_us, dma_parts, event_end, no_dma_spans, profile_capture,
                             scratch_chain, shared_reads, shared_writes)
-from nkicpu_testing import F32, load, nisa, nki, nl, rand, store
+from nkicpu_testing import F32, allocation_id, load, nisa, nki, nl, rand, store
 
 
 @nki.jit
@@ -97,7 +97,7 @@ def test_scratch_chain_follows_the_scratch_transfers():
     p = profile_capture(c)
     transfers, nbytes, on_chain, latency = scratch_chain(c, p)
     assert (transfers, nbytes, on_chain) == (2, 2 * x.nbytes, 2)   # the store to it, the load back
-    (alloc,) = [a for a, info in c.allocations.items() if info.name == "scratch"]
+    alloc = allocation_id(c, "scratch")
     scratch = [e for e, i in zip(p.events, c.instructions) if alloc in (i.reads[0].alloc, i.writes[0].alloc)]
     assert latency == pytest.approx(sum(e["args"]["latency_us"] for e in scratch))
     no_scratch = nkicpu.capture(load_compute_store)(x)

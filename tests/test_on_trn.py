@@ -380,7 +380,7 @@ def test_the_sdk_probe_is_not_fooled_by_nkicpu_registered_as_nki():
 
 def test_the_sdk_probe_tells_the_placeholder_from_an_sdk(tmp_path, monkeypatch):
     placeholder, real = tmp_path / "placeholder", tmp_path / "real"
-    # PyPI's nki 0.0.1 raises ImportError on import (book-tooling.md)
+    # PyPI's nki 0.0.1 is a placeholder: importing it raises ImportError (pypi.org/project/nki)
     _fake_package(placeholder, 'raise ImportError("WRONG PACKAGE. Please install the package from '
                                'Neuron Repository")\n')
     _fake_package(real, "")

@@ -28,6 +28,7 @@ import numpy as np
 import pytest
 import torch
 
+from kernels import gated_delta_rule, reference, rmsnorm_gated
 from kernels.configs import TEST_SHARDS, GDNShape
 from kernels.registry import BLOCK_ARGS
 from kernels.reference import (conv1d_decode_ref, gated_delta_rule_ref, gdn_block_tkg_ref,
@@ -204,6 +205,13 @@ def test_softplus_extremes_and_large_A(A_log):
     assert_bf16_close(o, want_o)
     np.testing.assert_allclose(to_numpy(state), want_state, rtol=1e-5, atol=1e-5)
     check_block(shape, make_inputs(shape, **over))       # and through the whole block
+
+
+def test_kernels_use_the_reference_eps():
+    """The reference states the model's eps values apart from the kernels it checks (so that it
+    stays independent of them); the kernels' copies must be the same numbers."""
+    assert rmsnorm_gated.RMSNORM_EPS == reference.RMSNORM_EPS
+    assert gated_delta_rule.L2NORM_EPS == reference.L2NORM_EPS
 
 
 def test_l2norm_eps_inside_sqrt_for_small_q_k():

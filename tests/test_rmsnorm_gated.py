@@ -223,7 +223,7 @@ def test_building_block_on_head_slices():
 
 
 def _block_kernel(out_shape=(32, 2, 3), o_shape=(32, 2, 3), z_shape=(32, 2, 3), w_shape=(32, 1),
-                  o_dtype=nl.bfloat16, w_dtype=nl.float32):
+                  o_dtype=nl.bfloat16, w_dtype=nl.float32, ones_shape=None):
     @nki.jit
     def kernel(x):
         res = nl.ndarray((1, 1), nl.float32, buffer=nl.shared_hbm)
@@ -231,7 +231,10 @@ def _block_kernel(out_shape=(32, 2, 3), o_shape=(32, 2, 3), z_shape=(32, 2, 3), 
         o = nl.ndarray(o_shape, o_dtype)
         z = nl.ndarray(z_shape, nl.bfloat16)
         w = nl.ndarray(w_shape, w_dtype)
-        rmsnorm_gated_tile(out, o, z, w)
+        ones = None
+        if ones_shape is not None:
+            ones = nl.ndarray(ones_shape, nl.float32)
+        rmsnorm_gated_tile(out, o, z, w, ones=ones)
         return res
     return kernel
 
@@ -242,7 +245,8 @@ def _block_kernel(out_shape=(32, 2, 3), o_shape=(32, 2, 3), z_shape=(32, 2, 3), 
     (dict(w_shape=(32, 2)), r"w: expected shape \[32, 1\], got \[32, 2\]"),
     (dict(o_dtype=nl.float16), r"o: expected dtype bfloat16 or float32, got float16"),
     (dict(w_dtype=nl.bfloat16), r"w: expected dtype float32, got bfloat16"),
-], ids=["out-shape", "z-shape", "w-shape", "o-dtype", "w-dtype"])
+    (dict(ones_shape=(32, 16)), r"ones: expected shape \[32, 32\], got \[32, 16\]"),
+], ids=["out-shape", "z-shape", "w-shape", "o-dtype", "w-dtype", "ones-shape"])
 def test_building_block_rejects(kwargs, match):
     with pytest.raises(AssertionError, match=match):
         nki.simulate(_block_kernel(**kwargs))(np.zeros((1, 1), np.float32))
