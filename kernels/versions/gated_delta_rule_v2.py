@@ -9,8 +9,9 @@ import nki
 import nki.language as nl
 import nki.isa as nisa
 
-from ..delta_rule_state import (PMAX, QUADRANT, decay_diagonals, fold_constants, move_state,
-                                outer_operands, rank1_update, state_products, stream_steps)
+from ..delta_rule_state import (PMAX, QUADRANT, decay_diagonals, fold_constants, fold_ones,
+                                move_state, outer_operands, rank1_update, state_products,
+                                stream_steps)
 from ..gated_delta_rule import (CHUNK_PHASES, _delta_and_output, _gates, _prepare_chunk,
                                 check_delta_rule_inputs, load_delta_rule_inputs)
 from ..layout import store_rows
@@ -59,7 +60,9 @@ def batched_kernel(q, k, v, a, b, A_log, dt_bias, recurrent_state, fold, slots, 
     new_state = nl.ndarray((B, nv, dk, dv), nl.float32, buffer=nl.shared_hbm, name="new_state")
     qT, kT, vT, a_sb, b_sb, A_sb, dt_sb = load_delta_rule_inputs(q, k, v, a, b, A_log, dt_bias)
     o_sb = nl.ndarray((dv, B, nv), nl.bfloat16, name="o_sb")
-    consts = fold_constants(dk, dv, nv, fold)
+    ones = fold_ones(dk, dv, nv)                          # [P, P], P >= the state's partitions
+    assert ones.shape[0] >= fold[1] * (dk // fold[0]), "fold: more partitions than fold_ones"
+    consts = fold_constants(dk, fold, ones)
     gates = _gates(a_sb, b_sb, A_sb, dt_sb)               # exp(g), beta: [nv, 2, B]
     steps = stream_steps(B, nv, fold)
     F, R = fold
