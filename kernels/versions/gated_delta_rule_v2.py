@@ -1,0 +1,89 @@
+"""Stage 4, version 2: every (b, h) pair of a chunk in one instruction, the state unfolded.
+
+q, k, v, the gates, delta and o lie channel-major, [d, pairs], as in the final kernel, so one
+instruction serves a whole chunk. The state streams in sub-chunks, one [dk, dv] pair per
+partition tile (row i on partition i: 512 B DMA runs at dv = 128), through ONE buffer: a
+sub-chunk loads, computes and stores before the next one loads.
+"""
+import nki
+import nki.language as nl
+import nki.isa as nisa
+
+from ..delta_rule_state import (PMAX, QUADRANT, decay_diagonals, fold_constants, fold_ones,
+                                move_state, outer_operands, rank1_update, state_products,
+                                stream_steps)
+from ..gated_delta_rule import (CHUNK_PHASES, _delta_and_output, _gates, _prepare_chunk,
+                                check_delta_rule_inputs, load_delta_rule_inputs)
+from ..layout import store_rows
+
+
+@nki.jit
+def gated_delta_rule_v2(q, k, v, a, b, A_log, dt_bias, recurrent_state):
+    """Stage 4 HBM to HBM: pairs batched channel-major, the state unfolded, one state buffer.
+
+    Dimensions:
+        B: batch; nv: value heads (<= 128); dk: head_k_dim (<= 128); dv: head_v_dim (<= 128)
+
+    Args:
+        As gated_delta_rule_kernel: q, k [B, nv, dk], v [B, nv, dv], a, b [B, nv] bf16;
+        A_log, dt_bias [nv] fp32; recurrent_state [B, nv, dk, dv] fp32, read only.
+
+    Returns:
+        o (nl.ndarray): [B, nv, dv] @ shared HBM, bf16.
+        new_state (nl.ndarray): [B, nv, dk, dv] @ shared HBM, fp32.
+
+    Notes:
+        - Checks as gated_delta_rule_kernel (AssertionError naming the argument).
+        - fold (1, R): one state row per partition, R = 128 // dk pairs per tile (a divisor
+          of 32).
+
+    Pseudocode:
+        as gated_delta_rule_kernel, sub-chunk after sub-chunk:
+            load S; [S^T k, S^T q]; delta, o; S = exp(g) S + k delta^T; store S
+    """
+    check_delta_rule_inputs(q, k, v, a, b, A_log, dt_bias, recurrent_state)
+    R = PMAX // q.shape[2]
+    while QUADRANT % R:
+        R -= 1
+    return batched_kernel(q, k, v, a, b, A_log, dt_bias, recurrent_state, (1, R), 1, 0)
+
+
+def batched_kernel(q, k, v, a, b, A_log, dt_bias, recurrent_state, fold, slots, ahead):
+    """The stage HBM to HBM, the state in `fold` (F, R) layout, sub-chunk i in buffer i % slots,
+    its load issued `ahead` sub-chunks before it computes (versions 2 and 3: 1 slot, 0 ahead).
+
+    Program order is the schedule: a load issued after the store before it queues behind it.
+    """
+    B, nv, dk = q.shape
+    dv = v.shape[2]
+    o = nl.ndarray((B, nv, dv), nl.bfloat16, buffer=nl.shared_hbm, name="o")
+    new_state = nl.ndarray((B, nv, dk, dv), nl.float32, buffer=nl.shared_hbm, name="new_state")
+    qT, kT, vT, a_sb, b_sb, A_sb, dt_sb = load_delta_rule_inputs(q, k, v, a, b, A_log, dt_bias)
+    o_sb = nl.ndarray((dv, B, nv), nl.bfloat16, name="o_sb")
+    ones = fold_ones(dk, dv, nv)                          # [P, P], P >= the state's partitions
+    assert ones.shape[0] >= fold[1] * (dk // fold[0]), "fold: more partitions than fold_ones"
+    consts = fold_constants(dk, fold, ones)
+    gates = _gates(a_sb, b_sb, A_sb, dt_sb)               # exp(g), beta: [nv, 2, B]
+    steps = stream_steps(B, nv, fold)
+    F, R = fold
+    tiles = -(-steps[0][3] // R)
+    S = nl.ndarray((R * (dk // F), slots, tiles, F * dv), nl.float32, name="state")
+    ins = (qT, kT, vT, gates, o_sb.dtype, consts, fold)
+    chunk = {}
+    for i in range(ahead):
+        move_state(S, recurrent_state, steps, i, fold, load=True)
+    for i in range(len(steps)):
+        b0, bc, s0, mc = steps[i]
+        if s0 == 0:                                       # a chunk starts: its per-pair inputs
+            chunk = _prepare_chunk({"b0": b0, "bc": bc}, 0, CHUNK_PHASES, ins)
+        move_state(S, recurrent_state, steps, i + ahead, fold, load=True)   # none past the end
+        kvsq = state_products(S, chunk["x"], steps, i, fold)             # S^T [k, q]
+        delta = _delta_and_output(chunk, kvsq, s0, mc)
+        lhs, rhs = outer_operands(chunk["qk"], delta, s0, consts)
+        diag = decay_diagonals(chunk["decay"], s0, mc, fold, consts)
+        rank1_update(S, i, lhs, rhs, diag, fold)           # S = exp(g) S + k delta^T
+        move_state(S, new_state, steps, i, fold, load=False)
+        if s0 + mc == bc * nv:                             # the chunk's last sub-chunk
+            nisa.tensor_copy(o_sb[:, b0:b0 + bc, :], chunk["o"].reshape_dim(1, (bc, nv)))
+    store_rows(o.reshape((B * nv, dv)), o_sb.reshape((dv, B * nv)))
+    return o, new_state
