@@ -486,27 +486,26 @@ def _from_repo(path):
     return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
 
 
+TRN_CELL_DOC = '"The trn cell in each chapter", in book/start/running.md'
+
+
 def run_in_notebook(stage, config, batch, out="."):
     """A notebook's trn cell. Where `device_status()` is None, run `python -m benchmarks.on_trn`
     for `stage` in a process of its own (NKICPU=0, from the repository root, with this Python),
     show its output, and return the real `Profile` it wrote to `<out>/<stage>_trn_events.json`.
-    Elsewhere print the command, what it does and why it does not run here, and return None."""
+    Elsewhere print the command, why it does not run here and where the book explains it, and
+    return None."""
     events = Path(out).resolve() / f"{stage}{EVENTS_SUFFIX}"
     argv = [stage, "--config", config, "--batch", str(batch), "--out", _from_repo(events.parent)]
-    args = parse_args(argv)                 # a wrong stage or config fails here, on any machine
+    parse_args(argv)                        # a wrong stage or config fails here, on any machine
     command = "NKICPU=0 python -m benchmarks.on_trn " + shlex.join(argv)
     status = device_status()
-    if status is not None:
-        does = (f"It compiles {args.variant.kernel} with the Neuron compiler and runs it on a "
-                f"NeuronCore (LNC={args.variant.lnc}) at {args.shape.name}, B = {args.shape.B}, "
-                "in a process of its own, checks its outputs against kernels.reference, captures "
-                "a profile of its second execution with neuron-explorer once that process has "
-                f"exited, and writes {_from_repo(events)}, which this cell then loads and returns "
-                f"as a real Profile (label \"{MEASURED}\"). The NEFF, the NTFF and the raw export "
-                f"stay in {_from_repo(DEFAULT_WORK_ROOT)}/ for the Neuron Explorer UI.")
-        print(f"On a trn instance this cell runs, from the repository root:\n\n    {command}\n")
-        print(textwrap.fill(does, 80, break_on_hyphens=False) + "\n")
+    if status is not None:                  # what the cell does is told once, in the book
+        print("On a trn instance this cell runs, from the repository root:\n")
+        print(f"    NKICPU=0 python -m benchmarks.on_trn {shlex.quote(stage)} \\\n"
+              f"        {shlex.join(argv[1:])}\n")
         print(textwrap.fill(f"Not run here. {status}", 80, break_on_hyphens=False))
+        print(f"What it does: {TRN_CELL_DOC}.")
         return None
     print(f"$ {command}", flush=True)
     with subprocess.Popen([sys.executable, "-m", "benchmarks.on_trn", *argv], cwd=REPO, text=True,

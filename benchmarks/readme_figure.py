@@ -13,19 +13,33 @@ import kernels  # noqa: F401  (first: makes `import nki` work)
 from kernels.configs import model_shard
 from kernels.reference import make_inputs
 from kernels.registry import BY_NAME
-from nkicpu.profile import profile
-from nkicpu.timeline import plot_timeline
+from matplotlib.figure import Figure
+
+from nkicpu.profile import event_end, profile
+from nkicpu.timeline import Mark, plot_timeline
 
 OUT = Path(__file__).resolve().parent.parent / "book" / "images" / "gdn_block_tkg_timeline.png"
 MODEL, TP, B = "Qwen3-Next-80B", 4, 1
 STEP = BY_NAME["5_fused"]
+# Narrower than plot_timeline's 10 inches, so its text stays >= 10 px at the landing page's
+# width (the image is scaled to the article column, about 750 px at a 1280 px window).
+WIDTH_IN = 8
 
 
 def figure():
     """The figure, and the modeled profile it draws."""
     shape = model_shard(MODEL, TP, B)
     modeled = profile(STEP.load_kernel())(*STEP.arguments(shape, make_inputs(shape)))
-    return plot_timeline(modeled, title=f"gdn_block_tkg, {MODEL} TP{TP}, B = {B}"), modeled
+    qkv = [e for e in modeled.events if e["lane"].startswith("DMA")
+           and e["args"]["bytes"] * 16 == shape.H * shape.conv_dim * 2][:16]   # W_in_qkv's chunks
+    assert len(qkv) == 16, "the figure marks W_in_qkv's 16 chunks"
+    marks = [Mark("W_in_qkv: 16 chunks on four DMA queues", min(e["start_us"] for e in qkv),
+                  max(event_end(e) for e in qkv), "DMA q0")]
+    fig = Figure(figsize=(WIDTH_IN, 5.4))
+    ax = fig.add_subplot()
+    fig.subplots_adjust(left=0.16, right=0.9)
+    plot_timeline(modeled, ax=ax, title=f"gdn_block_tkg, {MODEL} TP{TP}, B = {B}", marks=marks)
+    return fig, modeled
 
 
 def main(argv=None):
