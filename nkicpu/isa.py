@@ -4,6 +4,7 @@ does (fp32 math, rounding to `dst.dtype`), writes into `dst` and records itself 
 Signatures, argument order and defaults follow the Neuron SDK 2.32 API stubs
 (nki/api/nki/isa/__init__.py). An argument value that is not modeled raises NotImplementedError.
 """
+from contextlib import contextmanager
 from enum import Enum
 from types import ModuleType
 
@@ -11,7 +12,7 @@ import numpy as np
 
 from .errors import NkiValidationError, not_modeled, rule_error
 from .language import tile_size as TILE  # nl.tile_size, not shadowed by nc_matmul(tile_size=)
-from .memory import DTYPES, PMAX, PSUM_BANK_BYTES, is_float, is_hbm, is_psum, is_sbuf
+from .memory import DTYPES, PMAX, PSUM_BANK_BYTES, dtype_name, is_float, is_hbm, is_psum, is_sbuf
 from .ops import Op
 from .record import access_of
 from .run import current_run
@@ -442,6 +443,62 @@ def _psum_bank_span(t):
     return first * item, last * item + item - 1
 
 
+# -- fp32 matmul numerics ---------------------------------------------------------------------
+# What TensorE computes for fp32 operands is not documented. Public trn2 profiles show every fp32
+# nc_matmul as two LoadStationary + MultiplyMoving passes, the first tagged fp32_mode=LOW_HIGH and
+# the second fp32_mode=HIGH (github.com/KevGomes1403/nki-moe-megakernel: tests/nxdi_moe.md at
+# 26ff3d7, nki_kernels/specs/deltanet_decode_opt.md at 0d4ef9a), and the nc_matmul API says an
+# is_*_onezero hint "could lead to 2x better performance" for a float32 operand (SDK
+# nki/api/nki/isa/__init__.py). ASSUMPTION, the reading nkicpu models by default ("bf16x3"):
+# each operand x splits into hi = bf16(x) and lo = bf16(x - hi) (round to nearest even); pass 1
+# multiplies the stationary's hi by the moving's lo and hi, pass 2 the stationary's lo by the
+# moving's hi, each product exact and each pass accumulated into PSUM in fp32; lo * lo is dropped.
+# An operand hinted as ones/zeros enters as its hi part only (its low pass is the one skipped).
+# "exact" is the optimistic alternative: fp32 products as an fp32 multiply rounds them.
+FP32_MATMUL_MODES = ("bf16x3", "exact")
+_fp32_matmul = {"mode": "bf16x3"}
+
+
+@contextmanager
+def fp32_matmul_numerics(mode):
+    """Run nc_matmul on fp32 operands under `mode` (one of FP32_MATMUL_MODES) inside the block."""
+    if mode not in FP32_MATMUL_MODES:
+        raise ValueError(f"mode: expected one of {FP32_MATMUL_MODES}, got {mode!r}")
+    before = _fp32_matmul["mode"]
+    _fp32_matmul["mode"] = mode
+    try:
+        yield
+    finally:
+        _fp32_matmul["mode"] = before
+
+
+def _bf16(x):
+    """fp32 values rounded to bf16 (nearest, ties to even; truncated where that would overflow),
+    as fp32; non-finite values unchanged. Bit arithmetic: ml_dtypes' cast is ~10x slower."""
+    u = x.view(np.uint32)
+    r = ((u + np.uint32(0x7FFF) + ((u >> 16) & np.uint32(1))) & np.uint32(0xFFFF0000)).view(F32)
+    r = np.where(np.isinf(r), (u & np.uint32(0xFFFF0000)).view(F32), r)
+    return np.where(np.isfinite(x), r, x)
+
+
+def _bf16_split(x):
+    """(hi, lo) = (bf16(x), bf16(x - hi)) as fp32 (x - hi is exact); lo = 0 where x is not finite."""
+    hi = _bf16(x)
+    with np.errstate(invalid="ignore"):
+        return hi, _bf16(np.where(np.isfinite(x), x - hi, F32(0)))
+
+
+def _matmul_passes(stationary, moving, s_onezero, m_onezero):
+    """The products stationary.T @ moving that PSUM accumulates one after the other, in fp32."""
+    s, m = _pf(stationary), _pf(moving)
+    fp32 = dtype_name(stationary.dtype) == dtype_name(moving.dtype) == "float32"   # not tfloat32
+    if not fp32 or _fp32_matmul["mode"] == "exact":
+        return [s.T @ m]
+    (s_hi, s_lo), (m_hi, m_lo) = _bf16_split(s), _bf16_split(m)
+    low_high = s_hi.T @ (m_hi if m_onezero else m_hi + m_lo)    # m_hi + m_lo is exact in fp32
+    return [low_high] if s_onezero else [low_high, s_lo.T @ m_hi]
+
+
 def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_onezero=False, is_transpose=False,
               accumulate=None, tile_position=(), tile_size=(), perf_mode=matmul_perf_mode.none, name=None):
     where = "nisa.nc_matmul"
@@ -481,7 +538,7 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
                                              f"stay within one 2 KiB PSUM bank")
     _check_tiling(tuple(tile_position), tuple(tile_size), K, M, where)
     _dst(dst, where)
-    product = _pf(stationary).T @ _pf(moving)             # fp32 accumulation
+    passes = _matmul_passes(stationary, moving, is_stationary_onezero, is_moving_onezero)
     idx = dst.flat_indices().reshape(M, N)
     written = dst._alloc.matmul_written[idx]
     if accumulate is None:
@@ -494,7 +551,10 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     else:
         acc = np.zeros_like(written)
     old = np.asarray(dst.numpy(), dtype=F32).reshape(M, N)
-    dst.numpy()[...] = np.where(acc, old + product, product).reshape(dst.shape)
+    result = np.where(acc, old + passes[0], passes[0])
+    for product in passes[1:]:
+        result = result + product
+    dst.numpy()[...] = result.reshape(dst.shape)
     dst._alloc.matmul_written[idx] = True
     return _record("nc_matmul", "tensor", [stationary, moving], [dst], K=K, M=M, N=N,
                    accumulate=bool(acc.any()), tile_position=tuple(tile_position), tile_size=tuple(tile_size),

@@ -8,8 +8,10 @@ model) is split into extra rows ("DMA q0 (2)"), because Perfetto requires the sl
 to nest and never partially overlap.
 """
 import json
+from typing import NamedTuple
 
 from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
 
 from .profile import split_core
 
@@ -48,13 +50,80 @@ def _tracks(profile):
     return tracks
 
 
-def plot_timeline(profile, ax=None, title=None):
-    """One horizontal lane per engine and DMA queue, x in microseconds; returns the Figure."""
+class Mark(NamedTuple):
+    """An event the text discusses, drawn on a timeline: a span [start_us, end_us] on one lane (a
+    vertical line across all lanes when `lane` is None or `end_us` is None), with its label."""
+    label: str
+    start_us: float
+    end_us: float = None
+    lane: str = None
+
+
+FONT = 9           # points: >= 10 px when the 10-inch figure is shown in a column of 800 px or more
+_LABEL_ROW = 0.9   # label rows above the lanes, in lane heights
+
+
+def _label_rows(marks, ax, fig):
+    """(row, align) per mark so that no two labels in one row overlap. A label starts at its mark,
+    or ends there when it would run past the right edge; a character is about 0.6 em wide."""
+    x0, x1 = ax.get_xlim()
+    width_pt = fig.get_figwidth() * 72 * (ax.get_position().x1 - ax.get_position().x0)
+    us_per_pt = (x1 - x0) / width_pt
+    ends, placed = [], []
+    for m in marks:
+        w = (len(m.label) + 2) * 0.6 * FONT * us_per_pt
+        left, align = (m.start_us, "left") if m.start_us + w <= x1 else (m.start_us - w, "right")
+        row = 0
+        while row < len(ends) and ends[row] > left:
+            row += 1
+        if row == len(ends):
+            ends.append(0.0)
+        ends[row] = left + w
+        placed.append((row, align))
+    return placed
+
+
+def _draw_marks(ax, fig, marks, tracks, colors):
+    """Draw `marks` (with their colors) on the lanes and their labels in rows above the lanes."""
+    lanes = {}
+    for y, (name, lane, _) in enumerate(tracks):
+        lanes.setdefault(lane, y)
+    order = sorted(range(len(marks)), key=lambda i: marks[i].start_us)
+    placed = _label_rows([marks[i] for i in order], ax, fig)
+    top = -0.5 - _LABEL_ROW * (max([row for row, _ in placed], default=-1) + 1)
+    for i, (row, align) in zip(order, placed):
+        m, color = marks[i], colors[i]
+        y_label = -0.5 - _LABEL_ROW * (row + 0.5)
+        if m.lane is None or m.end_us is None:
+            y_end = len(tracks) - 0.5 if m.lane is None else lanes[m.lane] + 0.45
+            ax.plot([m.start_us, m.start_us], [y_label, y_end], color=color, linewidth=1.0,
+                    linestyle="--" if m.lane is None else "-")
+        else:
+            if m.lane not in lanes:
+                raise ValueError(f"mark {m.label!r}: lane {m.lane!r} is not in the profile "
+                                 f"(lanes: {', '.join(lanes)})")
+            y = lanes[m.lane]
+            ax.add_patch(Rectangle((m.start_us, y - 0.48), m.end_us - m.start_us, 0.96, fill=False,
+                                   edgecolor=color, linewidth=1.6, zorder=5))
+            ax.plot([m.start_us, m.start_us], [y_label, y - 0.48], color=color, linewidth=0.8)
+        ax.text(m.start_us, y_label, f" {m.label} ", fontsize=FONT, color=color, va="center",
+                ha=align, zorder=6, bbox=dict(facecolor="white", edgecolor="none", pad=0.5))
+    ax.set_ylim(len(tracks) - 0.5, top)
+
+
+def plot_timeline(profile, ax=None, title=None, marks=()):
+    """One horizontal lane per engine and DMA queue, x in microseconds; returns the Figure.
+
+    DMA bars show their fixed latency (descriptor and semaphore time before data moves) lighter.
+    `marks` (a sequence of `Mark`) label the events a text discusses; their labels, and those of the
+    HBM roofline and the best time, sit in rows above the lanes, so no label covers a bar.
+    """
     tracks = _tracks(profile)
+    marks = list(marks)
     if ax is None:
-        fig = Figure(figsize=(10, 0.4 * len(tracks) + 1.4))
+        fig = Figure(figsize=(10, 0.4 * len(tracks) + 1.6 + 0.3 * (len(marks) + 2)))
         ax = fig.add_subplot()
-        fig.subplots_adjust(left=0.12, right=0.93)
+        fig.subplots_adjust(left=0.14, right=0.93)
     else:
         fig = ax.figure
     visible = profile.total_us / 400  # outline bars wide enough to see; outlines of tiny ones would grey a lane
@@ -62,27 +131,34 @@ def plot_timeline(profile, ax=None, title=None):
         spans = [(e["start_us"], e["dur_us"]) for e in events]
         edges = ["black" if d >= visible else "none" for _, d in spans]
         ax.broken_barh(spans, (y - 0.38, 0.76), facecolors=_color(lane), edgecolors=edges, linewidth=0.25)
+        fixed = [(e["start_us"], min(e["args"]["latency_us"], e["dur_us"])) for e in events
+                 if e.get("args", {}).get("latency_us")]
+        if fixed:
+            ax.broken_barh(fixed, (y - 0.38, 0.76), facecolors="white", alpha=0.55, edgecolors="none")
         if name == lane:
             ax.text(1.008, y, f"{profile.busy.get(lane, 0.0):.0%}", transform=ax.get_yaxis_transform(),
-                    va="center", ha="left", fontsize=8, color="0.45")
-    ax.text(1.008, -0.9, "busy", transform=ax.get_yaxis_transform(), va="center", ha="left", fontsize=8,
-            color="0.45")
-    ax.set_yticks(range(len(tracks)), [name for name, _, _ in tracks])
-    ax.set_ylim(len(tracks) - 0.5, -0.5)
+                    va="center", ha="left", fontsize=FONT, color="0.45")
+    ax.set_yticks(range(len(tracks)), [name for name, _, _ in tracks], fontsize=FONT)
+    ax.tick_params(axis="x", labelsize=FONT)
     ax.set_xlim(0, profile.total_us * 1.01 or 1.0)
-    ax.set_xlabel("time (µs)")
+    ax.set_xlabel("time (µs)", fontsize=FONT)
     ax.grid(axis="x", alpha=0.3)
+    colors = ["tab:red"] * len(marks)
     if profile.roofline_us:
-        ax.axvline(profile.roofline_us, color="0.3", linestyle="--", linewidth=0.9)
-        ax.text(profile.roofline_us, -0.55, f" HBM roofline {profile.roofline_us:.2f} µs", fontsize=8,
-                color="0.3", va="bottom")
+        marks.append(Mark(f"HBM roofline {profile.roofline_us:.2f} µs", profile.roofline_us))
+        colors.append("0.3")
     if profile.best_us is not None:  # the band: the timeline drawn is the likely one
         ax.axvspan(profile.best_us, profile.total_us, color="tab:blue", alpha=0.08, linewidth=0)
-        ax.axvline(profile.best_us, color="tab:blue", linestyle=":", linewidth=0.9)
-        ax.text(profile.best_us, len(tracks) - 0.5, f" best {profile.best_us:.2f} µs", fontsize=8,
-                color="tab:blue", va="bottom")
+        marks.append(Mark(f"best {profile.best_us:.2f} µs", profile.best_us))
+        colors.append("tab:blue")
+    _draw_marks(ax, fig, marks, tracks, colors)
+    ax.text(1.008, 1.0, "busy", transform=ax.transAxes, va="bottom", ha="left", fontsize=FONT,
+            color="0.45")
+    has_dma = any("DMA" in lane for _, lane, _ in tracks)
+    legend = "lighter start of a DMA bar: its fixed latency" if has_dma else None
     head = f"{title} — " if title else ""
-    ax.set_title(f"{head}{profile.label}, {profile.band()}", fontsize=10, pad=14)
+    ax.set_title(f"{head}{profile.label}, {profile.band()}" + (f"\n{legend}" if legend else ""),
+                 fontsize=FONT + 1, pad=10)
     return fig
 
 

@@ -439,13 +439,13 @@ def test_a_refused_kernel_issues_no_instruction():
 
 # -- the project's kernels ----------------------------------------------------------------------
 def project_kernels():
-    """Every @nki.jit entry point defined in kernels/."""
+    """Every @nki.jit entry point defined in kernels/ and its subpackages (versions/)."""
     found = {}
-    for info in pkgutil.iter_modules(kernels.__path__):
-        module = importlib.import_module(f"kernels.{info.name}")
+    for info in pkgutil.walk_packages(kernels.__path__, "kernels."):
+        module = importlib.import_module(info.name)
         for name, obj in vars(module).items():
             if isinstance(obj, nkicpu.Kernel) and obj.fn.__module__ == module.__name__:
-                found[f"{info.name}.{name}"] = obj
+                found[f"{info.name.removeprefix('kernels.')}.{name}"] = obj
     return found
 
 
