@@ -176,7 +176,7 @@ def launches_table(upto, B=1):
     tables = []
     for m, tp in TARGETS:
         lines = [f"**{m} TP{tp}, B = {B}** (likely, µs)", "",
-                 "| step | launches | kernel | with launches | speedup: kernel | with launches |",
+                 "| step | launches | kernel | + launches | speedup: kernel | speedup: + launches |",
                  "|---|---|---|---|---|---|"]
         r0, w0 = step_row(names[0], m, tp, B), with_launches(names[0], m, tp, B)[1]
         for name in names[:names.index(upto) + 1]:
