@@ -1,8 +1,8 @@
 """The latency table of the composition steps, which grows from chapter to chapter.
 
 The steps are `kernels.registry.STEPS`, each a sweep variant that runs the whole decode step; a
-chapter calls `latency_table(upto=...)` to show every step so far at the configurations the issue
-targets, as modeled by the trn2 cost model (best .. likely, the roofline, launches counted apart).
+chapter calls `latency_table(upto=...)` to show every step so far at the target shards, as
+modeled by the trn2 cost model (best .. likely, the roofline, launches counted apart).
 """
 from functools import lru_cache
 
@@ -13,7 +13,7 @@ from nkicpu.costs import HBM_ROOFLINE_GBPS
 
 from .sweep import run_row
 
-TARGETS = [("Qwen3-Next-80B", 4), ("Qwen3.5-27B", 8)]   # the shards the issue sets targets for
+TARGETS = [("Qwen3-Next-80B", 4), ("Qwen3.5-27B", 8)]   # the shards the book's targets are set for
 BATCHES = (1, 32)
 
 
@@ -33,20 +33,24 @@ def step_row(variant, model, tp, B):
 
 def _cell(row):
     ratio = row["modeled_us"] / row["roofline_us"]
-    return f"{row['best_us']:.0f} – {row['modeled_us']:.0f} µs ({ratio:.1f}x)"
+    return f"{row['best_us']:.0f} – {row['modeled_us']:.0f} ({ratio:.1f}x)"
 
 
 def latency_table(upto):
-    """Markdown: every step up to and including `upto`, modeled at each target shard and batch."""
+    """Markdown: every step up to and including `upto`, one table per target shard, a column per
+    batch: best – likely µs (likely over the roofline)."""
     steps = STEPS[:BY_NAME[upto].step + 1]
-    shards = [(m, tp, B) for m, tp in TARGETS for B in BATCHES]
-    head = "| step | launches | " + " | ".join(f"{m} TP{tp}, B = {B}" for m, tp, B in shards) + " |"
-    lines = [head, "|" + "---|" * (2 + len(shards))]
-    for step in steps:
-        cells = [_cell(step_row(step.name, *shard)) for shard in shards]
-        launches = step_row(step.name, *TARGETS[0], 1)["launches"]
-        lines.append(f"| {step.name}: {step.what} | {launches} | " + " | ".join(cells) + " |")
-    roof = [f"{step_row(steps[-1].name, *shard)['roofline_us']:.0f} µs" for shard in shards]
-    lines.append(f"| HBM roofline of the last step ({HBM_ROOFLINE_GBPS:g} GB/s per NeuronCore it "
-                 "runs on) | | " + " | ".join(roof) + " |")
-    return "\n".join(lines)
+    tables = []
+    for m, tp in TARGETS:
+        lines = [f"**{m} TP{tp}** (µs, best – likely; likely / roofline)", "",
+                 "| step | launches | " + " | ".join(f"B = {B}" for B in BATCHES) + " |",
+                 "|" + "---|" * (2 + len(BATCHES))]
+        for step in steps:
+            cells = [_cell(step_row(step.name, m, tp, B)) for B in BATCHES]
+            launches = step_row(step.name, m, tp, 1)["launches"]
+            lines.append(f"| {step.name} | {launches} | " + " | ".join(cells) + " |")
+        roof = [f"{step_row(steps[-1].name, m, tp, B)['roofline_us']:.0f}" for B in BATCHES]
+        lines.append(f"| HBM roofline, {steps[-1].name} ({HBM_ROOFLINE_GBPS:g} GB/s per core) | | "
+                     + " | ".join(roof) + " |")
+        tables.append("\n".join(lines))
+    return "\n\n".join(tables)

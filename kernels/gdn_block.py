@@ -200,7 +200,8 @@ def _heads_of(t, h0, nh, name):
 
 
 def _value_heads(key_tile, h0, nh, G, name):
-    """A new [d, nh, B] tile: the key heads value heads h0 .. h0 + nh - 1 read, one per value head."""
+    """A new [d, nh, B] tile: the key heads value heads h0 .. h0 + nh - 1 read, one per value
+    head."""
     dst = nl.ndarray((key_tile.shape[0], nh, key_tile.shape[2]), key_tile.dtype, name=name)
     expand_key_heads(dst, key_tile, h0, G)
     return dst

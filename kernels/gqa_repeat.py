@@ -178,7 +178,7 @@ def gqa_repeat_kernel(conv_out, num_k_heads, head_k_dim, head_v_dim):
 def split_heads_hbm(q, k, v, conv_out, nk):
     """The stage's HBM -> HBM body: conv_out [B, conv_dim] split into q, k [B, nv, dk] (each a
     repeat of nk key heads) and v [B, nv, dv]. Called by the standalone entry point and by the
-    reference-design fused kernel (HBM scratch)."""
+    one-kernel step with HBM scratch (composition step 2)."""
     dk, dv = q.shape[2], v.shape[2]
     key_dim = nk * dk
     gqa_repeat(q, conv_out[:, 0:key_dim].reshape_dim(1, (nk, dk)))

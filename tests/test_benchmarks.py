@@ -131,13 +131,17 @@ def test_readme_figure_draws_the_fused_kernel_modeled(tmp_path, capsys):
 
 
 def test_latency_table_lists_the_registry_steps(monkeypatch):
-    """benchmarks.steps: one row per step up to `upto`, described by its registry entry, and the
-    roofline labelled with the cost model's HBM rate (the rows stand in for the sweep's)."""
+    """benchmarks.steps: a table per target shard, one row per step up to `upto` and a column per
+    batch, and the roofline labelled with the cost model's HBM rate (the rows stand in for the
+    sweep's)."""
     from benchmarks import steps
     from kernels.registry import STEPS
     row = {"best_us": 2.0, "modeled_us": 3.0, "roofline_us": 1.0, "launches": 1}
     monkeypatch.setattr(steps, "step_row", lambda *args: row)
-    lines = steps.latency_table(upto="2_scratch").splitlines()
-    cells = " | ".join(["2 – 3 µs (3.0x)"] * len(steps.TARGETS) * len(steps.BATCHES))
-    assert lines[2:-1] == [f"| {e.name}: {e.what} | 1 | {cells} |" for e in STEPS[:3]]
-    assert f"({costs.HBM_ROOFLINE_GBPS:g} GB/s per NeuronCore" in lines[-1]
+    tables = steps.latency_table(upto="2_scratch").split("\n\n**")
+    assert len(tables) == len(steps.TARGETS)
+    cells = " | ".join(["2 – 3 (3.0x)"] * len(steps.BATCHES))
+    for table in tables:
+        lines = table.splitlines()
+        assert lines[4:-1] == [f"| {e.name} | 1 | {cells} |" for e in STEPS[:3]]
+        assert f"({costs.HBM_ROOFLINE_GBPS:g} GB/s per core)" in lines[-1]

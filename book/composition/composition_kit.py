@@ -78,20 +78,23 @@ def check_block(got, x):
 
 
 def check_table(rows):
-    """Markdown: one row per (label, check_block result)."""
+    """Markdown: one row per (label, check_block result), short headers."""
+    head = {"out max abs err": "out: max err", "out cosine": "out: cosine",
+            "conv new column max abs err": "conv state: max err",
+            "state max abs err": "state: max err"}
     keys = list(next(iter(rows.values())))
-    lines = ["| run | " + " | ".join(keys) + " |", "|---" * (len(keys) + 1) + "|"]
+    lines = ["| run | " + " | ".join(head[k] for k in keys) + " |", "|---" * (len(keys) + 1) + "|"]
     for label, r in rows.items():
-        lines.append(f"| {label} | " + " | ".join(f"{r[k]:.6f}" if "cosine" in k else f"{r[k]:.1e}" for k in keys)
-                     + " |")
+        cells = [f"{r[k]:.6f}" if "cosine" in k else f"{r[k]:.1e}" for k in keys]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-# --- profiles --------------------------------------------------------------------------------------
+# --- profiles --------------------------------------------------------------------------------
 
 def launch_table(runs):
-    """Markdown: per launch of a step, the band against its roofline and the launch cost apart."""
-    lines = ["| launch | HBM roofline (µs) | best (µs) | likely (µs) | likely / roofline | launch (µs) |",
+    """Markdown: per launch of a step, its band (µs) against its roofline; the launch apart."""
+    lines = ["| launch | roofline | best | likely | likely / roofline | launch |",
              "|---|---|---|---|---|---|"]
     for r in runs:
         p = r.profile
@@ -99,16 +102,17 @@ def launch_table(runs):
                      f"| {p.total_us / p.roofline_us:.1f}x | {p.launch_us:.0f} |")
     best, likely = sum(r.profile.best_us for r in runs), sum(r.profile.total_us for r in runs)
     launch = sum(r.profile.launch_us for r in runs)
-    lines.append(f"| **all {len(runs)}** | {sum(r.profile.roofline_us for r in runs):.2f} | **{best:.2f}** "
-                 f"| **{likely:.2f}** | | **{launch:.0f}** |")
+    roof = sum(r.profile.roofline_us for r in runs)
+    lines.append(f"| **all {len(runs)}** | {roof:.2f} | **{best:.2f}** | **{likely:.2f}** | "
+                 f"| **{launch:.0f}** |")
     return "\n".join(lines)
 
 
 def plot_launches(panels, title):
     """Horizontal bars, one per launch: the kernel time up to best (dark), best .. likely (light),
     then the launch preamble + epilogue (hatched). `panels`: {panel title: [Launch]}."""
-    fig = Figure(figsize=(10, 1.2 + 0.45 * max(len(runs) for runs in panels.values()) * len(panels)),
-                 layout="constrained")
+    rows = max(len(runs) for runs in panels.values()) * len(panels)
+    fig = Figure(figsize=(10, 1.2 + 0.45 * rows), layout="constrained")
     axes = fig.subplots(len(panels), 1, squeeze=False)[:, 0]
     for ax, (name, runs) in zip(axes, panels.items()):
         for y, r in enumerate(runs):
@@ -119,29 +123,30 @@ def plot_launches(panels, title):
             ax.plot([p.roofline_us], [y], "|", color="black", markersize=14)
         ax.set_yticks(range(len(runs)), [r.name for r in runs])
         ax.invert_yaxis()
-        ax.set_title(name, fontsize=9, loc="left")
+        ax.set_title(name, fontsize=10, loc="left")
         ax.set_xlabel("µs per call")
         ax.grid(axis="x", alpha=0.3)
     handles = [Patch(color="tab:blue"), Patch(color="tab:blue", alpha=0.35),
-               Patch(facecolor="0.85", hatch="//", edgecolor="0.5"), Line2D([], [], color="black", ls="", marker="|",
-                                                                           markersize=14)]
-    fig.legend(handles, ["kernel, best", "kernel, best .. likely", "launch preamble + epilogue", "HBM roofline"],
-               loc="outside lower center", ncols=4, fontsize=8, frameon=False)
+               Patch(facecolor="0.85", hatch="//", edgecolor="0.5"),
+               Line2D([], [], color="black", ls="", marker="|", markersize=14)]
+    labels = ["kernel, best", "kernel, best .. likely", "launch preamble + epilogue",
+              "HBM roofline"]
+    fig.legend(handles, labels, loc="outside lower center", ncols=2, fontsize=10, frameon=False)
     fig.suptitle(f"{title}\n{MODELED}", fontsize=10)
     return fig
 
 
 def parts_table(captures):
-    """Markdown: `core_parts` under both estimates, one row per (label, capture) and core."""
-    lines = ["| run | estimate | total (µs) | bytes at full rate | DMA below full rate | no DMA moving |",
+    """Markdown: `core_parts` (µs) under both estimates, one row per (label, capture) and core."""
+    lines = ["| run | estimate | total | bytes at full rate | DMA below full rate | no DMA |",
              "|---|---|---|---|---|---|"]
     for label, capture in captures.items():
         for band in costs.BANDS:
             parts = core_parts(capture, band)
             for core, d in enumerate(parts):
                 run = label if len(parts) == 1 else f"{label}, core {core}"
-                lines.append(f"| {run} | {band} | {d['total']:.1f} | {d['full_rate']:.1f} | {d['below_rate']:.1f} "
-                             f"| {d['no_dma']:.1f} |")
+                lines.append(f"| {run} | {band} | {d['total']:.1f} | {d['full_rate']:.1f} "
+                             f"| {d['below_rate']:.1f} | {d['no_dma']:.1f} |")
     return "\n".join(lines)
 
 
@@ -151,8 +156,8 @@ def input_reads(capture):
     assert sorted(capture.arguments) == list(range(len(BLOCK_ARGS))), \
         f"expected the {len(BLOCK_ARGS)} block arguments, got {sorted(capture.arguments)}"
     name = {capture.arguments[k]: arg for k, arg in enumerate(BLOCK_ARGS)}
-    return {i.index: name[a.alloc] for i in capture.instructions if i.engine == "dma" for a in i.reads
-            if a.alloc in name}
+    return {i.index: name[a.alloc] for i in capture.instructions if i.engine == "dma"
+            for a in i.reads if a.alloc in name}
 
 
 # --- the tables of the part -----------------------------------------------------------------------
@@ -164,22 +169,65 @@ def with_launches(step, model, tp, B):
 
 
 def launches_table(upto, B=1):
-    """Markdown: every step so far at batch B on both target shards, the kernel time (the latency
-    table's) beside the time with its launches, and the speedup over step 0 counted both ways."""
+    """Markdown: every step so far at batch B, one table per target shard: its launches, the
+    kernel time (the latency table's, likely), the time with the launches, and the speedup over
+    step 0 counted both ways."""
     names = [step.name for step in STEPS]
-    head, rule = "| step | launches (their cost) |", "|---|---|"
+    tables = []
     for m, tp in TARGETS:
-        head += f" {m} TP{tp}: kernel | with launches | speedup over step 0, likely |"
-        rule += "---|---|---|"
-    lines = [head, rule]
-    for name in names[:names.index(upto) + 1]:
-        row = step_row(name, *TARGETS[0], B)
-        cells = [f"{row['launches']} ({row['launch_us']:.0f} µs)"]
-        for m, tp in TARGETS:
-            r, r0 = step_row(name, m, tp, B), step_row(names[0], m, tp, B)
-            best, likely = with_launches(name, m, tp, B)
-            cells += [f"{r['best_us']:.0f} – {r['modeled_us']:.0f} µs", f"{best:.0f} – {likely:.0f} µs",
-                      f"{r0['modeled_us'] / r['modeled_us']:.2f}x kernel, "
-                      f"{with_launches(names[0], m, tp, B)[1] / likely:.2f}x with launches"]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        lines = [f"**{m} TP{tp}, B = {B}** (likely, µs)", "",
+                 "| step | launches | kernel | + launches | speedup: kernel | speedup: + launches |",
+                 "|---|---|---|---|---|---|"]
+        r0, w0 = step_row(names[0], m, tp, B), with_launches(names[0], m, tp, B)[1]
+        for name in names[:names.index(upto) + 1]:
+            r, w = step_row(name, m, tp, B), with_launches(name, m, tp, B)[1]
+            lines.append(f"| {name} | {r['launches']} ({r['launch_us']:.0f} µs) | "
+                         f"{r['modeled_us']:.0f} | {w:.0f} "
+                         f"| {r0['modeled_us'] / r['modeled_us']:.2f}x | {w0 / w:.2f}x |")
+        tables.append("\n".join(lines))
+    return "\n\n".join(tables)
+
+
+# --- exercises: the reader's version of a step, judged ------------------------------------------
+
+def _verdict(got, x, best, likely, launch, against, model, tp, B):
+    try:
+        check_block(got, x)
+        right = "right: matches the reference"
+    except AssertionError as e:
+        right = f"WRONG: {e}"
+    r = step_row(against, model, tp, B)
+    was = (r["best_us"], r["modeled_us"], r["launch_us"])
+    v = {"right": right.startswith("right"), "best_us": best, "likely_us": likely,
+         "launch_us": launch, "was_best_us": was[0], "was_likely_us": was[1],
+         "was_launch_us": was[2]}
+    print(f"{right}\nmodeled (trn2 cost model), {model_shard(model, tp, B).name}, B = {B}:\n"
+          f"  {against}: {was[0]:.1f} – {was[1]:.1f} µs + {was[2]:.0f} µs of launches\n"
+          f"  yours: {best:.1f} – {likely:.1f} µs + {launch:.0f} µs of launches "
+          f"({likely + launch - was[1] - was[2]:+.1f} µs likely, with launches)")
+    return v
+
+
+def judge(kernel, against, B=1, model=TARGETS[0][0], tp=TARGETS[0][1]):
+    """Run a reader's single-launch version of a step (the block's 11 arguments) on the CPU
+    model: is it right (check_block), and what does it cost against step `against`?"""
+    x = block_inputs(model, tp, B)
+    capture = nkicpu.capture(kernel)(*x.values())
+    p = profile_capture(capture)
+    return _verdict(capture.outputs, x, p.best_us, p.total_us, p.launch_us, against, model, tp, B)
+
+
+def judge_pipeline(pipeline, against, B=1, model=TARGETS[0][0], tp=TARGETS[0][1]):
+    """The same for a host pipeline `pipeline(launch, **block arguments)` that runs each kernel
+    as `launch(kernel, *args)`: each launch is captured, profiled and paid for."""
+    x = block_inputs(model, tp, B)
+    profiles = []
+
+    def launch(kernel, *args):
+        capture = nkicpu.capture(kernel)(*args)
+        profiles.append(profile_capture(capture))
+        return capture.outputs
+
+    got = pipeline(launch, **x)
+    return _verdict(got, x, sum(p.best_us for p in profiles), sum(p.total_us for p in profiles),
+                    sum(p.launch_us for p in profiles), against, model, tp, B)
