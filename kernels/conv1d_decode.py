@@ -202,7 +202,7 @@ def conv1d_decode_kernel(mixed_qkv, conv_weight, conv_state):
 
 def conv1d_decode_hbm(conv_out, new_state, mixed_qkv, conv_weight, conv_state):
     """The stage's HBM -> HBM body, chunk by chunk of channel tiles. Called by the standalone entry
-    point and by the reference-design fused kernel (HBM scratch)."""
+    point and by the fused kernel of composition step 2 (HBM scratch)."""
     B, conv_dim = mixed_qkv.shape
     K = conv_weight.shape[1]
     for c0, P, T in _channel_chunks(conv_dim, B, K):

@@ -272,7 +272,7 @@ def in_proj_hbm(outs, hidden, weights):
     """The stage's HBM -> HBM body: outs[i] [B, N_i] @ HBM = hidden @ weights[i], hidden loaded
     once.
 
-    Called by the standalone entry point (outputs in shared HBM) and by the reference-design fused
+    Called by the standalone entry point (outputs in shared HBM) and by the scratch-chained fused
     kernel (HBM scratch). The rows go straight to HBM (`project_rows`): no transposes. The
     projections run last to first (b, a, z, qkv): TensorE is in order, so the narrow a and b
     projections run while the wide weights stream in, not after the last of them has arrived.

@@ -87,7 +87,7 @@ ENTRIES = _STAGE_ENTRIES + (
     _step(1, "1_staged_tkg", "kernels.steps:gdn_block_staged_tkg", "stages 4 and 5 fused: gdn_tkg",
           launches=STAGES[:3] + ("gdn_tkg",)),
     _step(2, "2_scratch", "kernels.steps:gdn_block_tkg_scratch",
-          "one kernel, HBM scratch between stages (the reference design)"),
+          "one kernel, HBM scratch between stages"),
     _step(3, "3_onchip", "kernels.steps:gdn_block_tkg_onchip", "intermediates stay on chip"),
     _step(4, "4_gqa_index", "kernels.steps:gdn_block_tkg_gqa_index",
           "GQA by indexing, no copy"),

@@ -119,7 +119,8 @@ CHAPTERS = [p for p in PAGES if source(p).suffix == ".ipynb"]
 @pytest.mark.parametrize("page", CHAPTERS)
 def test_chapter_says_what_it_teaches_and_what_to_keep(page):
     text = page_parts(page)[2]
-    assert re.search(r"^#+ What you will learn", text, re.M), f"{page}: no 'What you will learn' section"
+    assert re.search(r"^(#+|:{3,}\{admonition\}) What you will learn", text, re.M), \
+        f"{page}: no 'What you will learn' section or box"
     assert re.search(r"^#+ Takeaways", text, re.M), f"{page}: no 'Takeaways' section"
 
 
