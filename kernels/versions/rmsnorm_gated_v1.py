@@ -36,18 +36,8 @@ def rmsnorm_gated_v1(o, z, norm_weight):
         y = x * rstd * norm_weight[:, None] * silu(z.reshape(B * nv, dv).T)
         out = y.T.astype(bf16).reshape(B, 1, nv * dv)
     """
-    expect_rank(o, "o", 3)
-    expect_rank(z, "z", 2)
-    B, nv, dv = o.shape
+    B, nv, dv = check_rmsnorm_args(o, z, norm_weight)
     R = B * nv
-    expect(dv <= nl.tile_size.pmax, "o", f"head_v_dim o.shape[2] <= {nl.tile_size.pmax}", dv)
-    fmax = nl.tile_size.psum_bank_fmax
-    expect(R <= fmax, "o", f"B * nv <= {fmax} (one PSUM bank)", R)
-    expect_shape(z, "z", (B, nv * dv))
-    expect_shape(norm_weight, "norm_weight", (dv,))
-    expect_dtype(o, "o", nl.bfloat16)
-    expect_dtype(z, "z", nl.bfloat16)
-    expect_dtype(norm_weight, "norm_weight", nl.float32)
 
     out = nl.ndarray((B, 1, nv * dv), nl.bfloat16, buffer=nl.shared_hbm, name="out")
     # channel-major through the access pattern: one 2-byte element per descriptor
@@ -58,6 +48,32 @@ def rmsnorm_gated_v1(o, z, norm_weight):
     w = nl.ndarray((dv, 1), nl.float32, name="w")
     nisa.dma_copy(w, norm_weight.reshape((dv, 1)))
 
+    y = nl.ndarray((dv, R), nl.bfloat16, name="y")
+    norm_gate(y, x, g, w)
+
+    nisa.dma_copy(out.reshape((R, dv)).permute((1, 0)), y)
+    return out
+
+
+def check_rmsnorm_args(o, z, norm_weight):
+    """The versions' input contract (one PSUM bank of (b, h) columns); returns (B, nv, dv)."""
+    expect_rank(o, "o", 3)
+    expect_rank(z, "z", 2)
+    B, nv, dv = o.shape
+    expect(dv <= nl.tile_size.pmax, "o", f"head_v_dim o.shape[2] <= {nl.tile_size.pmax}", dv)
+    fmax = nl.tile_size.psum_bank_fmax
+    expect(B * nv <= fmax, "o", f"B * nv <= {fmax} (one PSUM bank)", B * nv)
+    expect_shape(z, "z", (B, nv * dv))
+    expect_shape(norm_weight, "norm_weight", (dv,))
+    expect_dtype(o, "o", nl.bfloat16)
+    expect_dtype(z, "z", nl.bfloat16)
+    expect_dtype(norm_weight, "norm_weight", nl.float32)
+    return B, nv, dv
+
+
+def norm_gate(y, x, g, w):
+    """y = rmsnorm(x) * w * silu(g) on [dv, R] channel-major tiles, in the formula's order."""
+    dv, R = x.shape
     ones = nl.ndarray((dv, dv), nl.float32, name="ones")
     nisa.memset(ones, 1.0)
     eps = nl.ndarray((dv, 1), nl.float32, name="eps")
@@ -78,8 +94,4 @@ def rmsnorm_gated_v1(o, z, norm_weight):
     nisa.tensor_scalar(xw, xn, op0=nl.multiply, operand0=w)
     gate = nl.ndarray((dv, R), nl.float32, name="gate")
     nisa.activation(gate, op=nl.silu, data=g)
-    y = nl.ndarray((dv, R), nl.bfloat16, name="y")
     nisa.tensor_tensor(y, xw, gate, op=nl.multiply)
-
-    nisa.dma_copy(out.reshape((R, dv)).permute((1, 0)), y)
-    return out

@@ -7,9 +7,8 @@ import nki
 import nki.language as nl
 import nki.isa as nisa
 
-from ..checks import expect, expect_dtype, expect_rank, expect_shape
 from ..layout import load_channel_major, store_rows
-from ..rmsnorm_gated import RMSNORM_EPS
+from .rmsnorm_gated_v1 import check_rmsnorm_args, norm_gate
 
 
 @nki.jit
@@ -37,18 +36,8 @@ def rmsnorm_gated_v2(o, z, norm_weight):
         y = x * rstd * norm_weight[:, None] * silu(z.reshape(B * nv, dv).T)
         out = y.T.astype(bf16).reshape(B, 1, nv * dv)
     """
-    expect_rank(o, "o", 3)
-    expect_rank(z, "z", 2)
-    B, nv, dv = o.shape
+    B, nv, dv = check_rmsnorm_args(o, z, norm_weight)
     R = B * nv
-    expect(dv <= nl.tile_size.pmax, "o", f"head_v_dim o.shape[2] <= {nl.tile_size.pmax}", dv)
-    fmax = nl.tile_size.psum_bank_fmax
-    expect(R <= fmax, "o", f"B * nv <= {fmax} (one PSUM bank)", R)
-    expect_shape(z, "z", (B, nv * dv))
-    expect_shape(norm_weight, "norm_weight", (dv,))
-    expect_dtype(o, "o", nl.bfloat16)
-    expect_dtype(z, "z", nl.bfloat16)
-    expect_dtype(norm_weight, "norm_weight", nl.float32)
 
     out = nl.ndarray((B, 1, nv * dv), nl.bfloat16, buffer=nl.shared_hbm, name="out")
     # whole rows, one contiguous run per partition, turned channel-major by TensorE
@@ -59,28 +48,8 @@ def rmsnorm_gated_v2(o, z, norm_weight):
     w = nl.ndarray((dv, 1), nl.float32, name="w")
     nisa.dma_copy(w, norm_weight.reshape((dv, 1)))
 
-    ones = nl.ndarray((dv, dv), nl.float32, name="ones")
-    nisa.memset(ones, 1.0)
-    eps = nl.ndarray((dv, 1), nl.float32, name="eps")
-    nisa.memset(eps, RMSNORM_EPS)
-
-    # rstd = rsqrt(mean(x^2) + eps): the sum over partitions is a matmul against ones
-    sq = nl.ndarray((dv, R), nl.float32, name="sq")
-    nisa.activation(sq, op=nl.square, data=x)
-    ss = nl.ndarray((dv, R), nl.float32, buffer=nl.psum, name="ss")
-    nisa.nc_matmul(ss, ones, sq)
-    rstd = nl.ndarray((dv, R), nl.float32, name="rstd")
-    nisa.activation(rstd, op=nl.rsqrt, data=ss, bias=eps, scale=1.0 / dv)
-
-    # then the products, in the formula's order
-    xn = nl.ndarray((dv, R), nl.float32, name="xn")
-    nisa.tensor_tensor(xn, x, rstd, op=nl.multiply)
-    xw = nl.ndarray((dv, R), nl.float32, name="xw")
-    nisa.tensor_scalar(xw, xn, op0=nl.multiply, operand0=w)
-    gate = nl.ndarray((dv, R), nl.float32, name="gate")
-    nisa.activation(gate, op=nl.silu, data=g)
     y = nl.ndarray((dv, R), nl.bfloat16, name="y")
-    nisa.tensor_tensor(y, xw, gate, op=nl.multiply)
+    norm_gate(y, x, g, w)                 # version 1's math
 
     store_rows(out.reshape((R, dv)), y)
     return out

@@ -7,9 +7,9 @@ import nki
 import nki.language as nl
 import nki.isa as nisa
 
-from ..checks import expect, expect_dtype, expect_rank, expect_shape
 from ..layout import load_channel_major, store_rows
 from ..rmsnorm_gated import RMSNORM_EPS
+from .rmsnorm_gated_v1 import check_rmsnorm_args
 
 
 @nki.jit
@@ -37,18 +37,8 @@ def rmsnorm_gated_v3(o, z, norm_weight):
         rstd = 1 / sqrt(ones((dv, dv)).T @ (x * x) / dv + 1e-6)
         out = (gwx * rstd).T.astype(bf16).reshape(B, 1, nv * dv)
     """
-    expect_rank(o, "o", 3)
-    expect_rank(z, "z", 2)
-    B, nv, dv = o.shape
+    B, nv, dv = check_rmsnorm_args(o, z, norm_weight)
     R = B * nv
-    expect(dv <= nl.tile_size.pmax, "o", f"head_v_dim o.shape[2] <= {nl.tile_size.pmax}", dv)
-    fmax = nl.tile_size.psum_bank_fmax
-    expect(R <= fmax, "o", f"B * nv <= {fmax} (one PSUM bank)", R)
-    expect_shape(z, "z", (B, nv * dv))
-    expect_shape(norm_weight, "norm_weight", (dv,))
-    expect_dtype(o, "o", nl.bfloat16)
-    expect_dtype(z, "z", nl.bfloat16)
-    expect_dtype(norm_weight, "norm_weight", nl.float32)
 
     out = nl.ndarray((B, 1, nv * dv), nl.bfloat16, buffer=nl.shared_hbm, name="out")
     x = nl.ndarray((dv, R), nl.bfloat16, name="x")
