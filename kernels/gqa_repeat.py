@@ -147,6 +147,19 @@ def gqa_repeat_kernel(conv_out, num_k_heads, head_k_dim, head_v_dim):
         k = conv_out[:, key_dim:2 * key_dim].reshape(B, nk, dk).repeat(G, axis=1)
         v = conv_out[:, 2 * key_dim:].reshape(B, nv, dv)
     """
+    B, nv = check_split_args(conv_out, num_k_heads, head_k_dim, head_v_dim)
+    nk, dk, dv = num_k_heads, head_k_dim, head_v_dim
+
+    q = nl.ndarray((B, nv, dk), nl.bfloat16, buffer=nl.shared_hbm, name="q")
+    k = nl.ndarray((B, nv, dk), nl.bfloat16, buffer=nl.shared_hbm, name="k")
+    v = nl.ndarray((B, nv, dv), nl.bfloat16, buffer=nl.shared_hbm, name="v")
+    split_heads_hbm(q, k, v, conv_out, nk)
+    return q, k, v
+
+
+def check_split_args(conv_out, num_k_heads, head_k_dim, head_v_dim):
+    """Stage 3's input contract: conv_out [B, 2 * nk * dk + nv * dv] bf16 with nv a multiple of
+    nk, head dims <= 128; returns (B, nv)."""
     expect_rank(conv_out, "conv_out", 2)
     expect_dtype(conv_out, "conv_out", nl.bfloat16)
     pmax = nl.tile_size.pmax
@@ -167,12 +180,7 @@ def gqa_repeat_kernel(conv_out, num_k_heads, head_k_dim, head_v_dim):
     expect(nv % nk == 0, "conv_out",
            f"num_v_heads nv = (conv_dim - 2*nk*dk) / dv a multiple of num_k_heads = {nk}",
            f"nv = {nv}")
-
-    q = nl.ndarray((B, nv, dk), nl.bfloat16, buffer=nl.shared_hbm, name="q")
-    k = nl.ndarray((B, nv, dk), nl.bfloat16, buffer=nl.shared_hbm, name="k")
-    v = nl.ndarray((B, nv, dv), nl.bfloat16, buffer=nl.shared_hbm, name="v")
-    split_heads_hbm(q, k, v, conv_out, nk)
-    return q, k, v
+    return B, nv
 
 
 def split_heads_hbm(q, k, v, conv_out, nk):

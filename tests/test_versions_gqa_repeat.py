@@ -26,7 +26,7 @@ def test_matches_reference(shape):
 def test_rejects_nv_not_a_multiple_of_nk():
     shape = TINY_SHAPES[2]                                  # nk 2, dk 16, dv 32: conv_dim 256
     x = np.zeros((shape.B, 2 * 2 * 16 + 3 * 32), conv_out_of(shape).dtype)          # nv = 3
-    with pytest.raises(AssertionError, match=r"conv_out: expected nv = .* a multiple of nk = 2"):
+    with pytest.raises(AssertionError, match=r"conv_out: expected num_v_heads nv = .* a multiple of num_k_heads = 2"):
         nki.simulate(gqa_repeat_v1)(x, *dims(shape))
 
 

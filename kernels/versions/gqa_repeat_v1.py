@@ -8,7 +8,7 @@ import nki
 import nki.language as nl
 import nki.isa as nisa
 
-from ..checks import expect, expect_dtype, expect_rank
+from ..gqa_repeat import check_split_args
 
 
 @nki.jit
@@ -38,18 +38,9 @@ def gqa_repeat_v1(conv_out, num_k_heads, head_k_dim, head_v_dim):
             q[:, h] = conv_out q head h // G;  k[:, h] = conv_out k head h // G
         v = conv_out[:, 2 * nk * dk:].reshape(B, nv, dv)
     """
-    expect_rank(conv_out, "conv_out", 2)
-    expect_dtype(conv_out, "conv_out", nl.bfloat16)
-    B, conv_dim = conv_out.shape
+    B, nv = check_split_args(conv_out, num_k_heads, head_k_dim, head_v_dim)
     nk, dk, dv = num_k_heads, head_k_dim, head_v_dim
     key_dim = nk * dk
-    value_dim = conv_dim - 2 * key_dim
-    expect(value_dim > 0 and value_dim % dv == 0, "conv_out",
-           f"conv_dim = 2*nk*dk + nv*dv = 2*{nk}*{dk} + nv*{dv} with an integer nv >= 1",
-           f"conv_dim = {conv_dim}")
-    nv = value_dim // dv
-    expect(nv % nk == 0, "conv_out", f"nv = (conv_dim - 2*nk*dk) / dv a multiple of nk = {nk}",
-           f"nv = {nv}")
     G = nv // nk
 
     q = nl.ndarray((B, nv, dk), nl.bfloat16, buffer=nl.shared_hbm, name="q")
