@@ -10,7 +10,6 @@ here is modeled by the trn2 cost model; none is measured.
 from dataclasses import dataclass
 from functools import lru_cache
 
-import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
