@@ -610,14 +610,16 @@ ACTIVATION_RANGES = {  # op: (low, high, the table's wording)
 def _check_activation_range(op, x, data, where):
     """nkicpu runs on data, so it checks the function's actual inputs x = data * scale + bias.
 
-    NaN inputs (uninitialised memory) pass, so that they show up in the output as before.
+    Non-finite inputs (NaN from uninitialised memory, a caller's inf) are not range errors: on the
+    hardware they give a non-finite or garbage value for that element only, which `activation`
+    models as NaN for that element.
     """
     if op.name not in ACTIVATION_RANGES:
         return
     lo, hi, span = ACTIVATION_RANGES[op.name]
     v = np.abs(x) if op.name == "reciprocal" else x
     with np.errstate(invalid="ignore"):
-        bad = np.flatnonzero((v < F32(lo)) | (v > F32(hi)))     # NaN compares False both ways
+        bad = np.flatnonzero(np.isfinite(v) & ((v < F32(lo)) | (v > F32(hi))))
     if bad.size:
         i = bad[0]
         idx = [int(j) for j in np.unravel_index(i, data.shape)]
@@ -644,7 +646,8 @@ def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=N
         else:
             x = x + _scalar_operand(bias, data, where, "bias")
     _check_activation_range(op, x, data, where)
-    y = np.asarray(op.fn(x), dtype=F32)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        y = np.where(np.isfinite(x), np.asarray(op.fn(x), dtype=F32), F32(np.nan))
     if _enum(reduce_cmd, "reduce_cmd", where) == _CMD.load_reduce:
         raise not_modeled("activation reduce_cmd=load_reduce")
     if reduce_op is not None and (not isinstance(reduce_op, Op) or reduce_op.name != "add"):
