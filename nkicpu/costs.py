@@ -297,7 +297,8 @@ def _tensor_cycles(ins, band):
     else:
         stationary, moving = ins.reads[0], ins.reads[1]
         rows, stationary_free, moving_free = stationary.partitions, stationary.free_elements, moving.free_elements
-        passes = MATMUL_FP32_PASSES if moving.dtype == "float32" else 1
+        transpose = ins.args.get("is_transpose", False)   # transpose mode: one pass, as nc_transpose
+        passes = MATMUL_FP32_PASSES if moving.dtype == "float32" and not transpose else 1
     multiply_moving = max(moving_free / MM_COLUMNS_PER_CYCLE, MM_INIT_CYCLES)
     if band == BEST:  # LoadStationary in the background of the previous MultiplyMoving
         load_stationary = stationary_free / (MM_COLUMNS_PER_CYCLE * LOAD_STATIONARY_SPEEDUP)
@@ -323,12 +324,18 @@ def _perf_mode(ins):
     return 1
 
 
+# VectorE instructions that stream two full tiles per output element (VECTOR_ELEMS_PER_CYCLE is per
+# input); every other VectorE instruction streams one. tensor_tensor_scan reads data0 and data1;
+# tensor_copy_predicated reads src and predicate (estimate: the docs give no cost for either).
+VECTOR_TWO_INPUT_OPS = ("tensor_tensor", "scalar_tensor_tensor", "tensor_tensor_scan", "tensor_copy_predicated")
+
+
 def _vector_cycles(ins, band):
     n = ins.free_elements
     if ins.opcode == "reciprocal":
         per_element = VECTOR_RECIPROCAL_CYCLES
     else:
-        inputs = 2 if ins.opcode in ("tensor_tensor", "scalar_tensor_tensor") else 1
+        inputs = 2 if ins.opcode in VECTOR_TWO_INPUT_OPS else 1
         per_element = inputs / (VECTOR_ELEMS_PER_CYCLE * _perf_mode(ins))
     return VECTOR_FIXED_CYCLES + per_element * n
 

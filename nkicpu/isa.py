@@ -505,7 +505,7 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     for t, arg in ((dst, "dst"), (stationary, "stationary"), (moving, "moving")):
         _on_chip(t, where, arg)
     if is_transpose:
-        raise not_modeled("nc_matmul(is_transpose=True); use nisa.nc_transpose")
+        return _matmul_transpose(dst, stationary, moving, accumulate, tile_position, tile_size, perf_mode, name)
     if _enum(perf_mode, "perf_mode", where) != matmul_perf_mode.none:
         raise not_modeled(f"nc_matmul perf_mode={perf_mode}")
     if not (is_sbuf(stationary.buffer) and is_sbuf(moving.buffer)):
@@ -957,6 +957,15 @@ def core_barrier(data, cores, engine=engine.gpsimd, name=None):
 def sendrecv(src, dst, send_to_rank, recv_from_rank, pipe_id, dma_engine=dma_engine.dma, name=None):
     raise not_modeled("nisa.sendrecv: the programs of a launch grid run one after the other here and cannot "
                       "exchange data")
+
+
+# The rest of the documented instructions, in small modules that use the helpers above.
+from .isa_reduce import range_select, tensor_partition_reduce, tensor_scalar_reduce  # noqa: E402
+from .isa_scan import tensor_tensor_scan  # noqa: E402
+from .isa_select import affine_select, tensor_copy_predicated  # noqa: E402
+from .isa_shuffle import nc_stream_shuffle  # noqa: E402
+from .isa_top8 import max8, nc_find_index8  # noqa: E402
+from .isa_transpose import _matmul_transpose  # noqa: E402
 
 
 def __getattr__(attr):

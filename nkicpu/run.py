@@ -35,6 +35,8 @@ class Run:
         self.accounting = self.accountings[0]
         # ScalarE's 128 per-lane fp32 reduce registers; unset until a reduce_cmd resets them.
         self.scalar_reduce_regs = np.full(PMAX, np.nan, dtype=np.float32)
+        # VectorE's per-lane fp32 accumulators (tensor_scalar_reduce, range_select); unset likewise.
+        self.vector_reduce_regs = np.full(PMAX, np.nan, dtype=np.float32)
         self._shared = []              # grid: program 0's shared_hbm allocations, in allocation order
         self._shared_used = 0          # how many of them the running program has allocated again
         self._hbm_use = {}             # grid: alloc id -> _HbmUse of a shared HBM allocation
@@ -60,6 +62,7 @@ class Run:
         self.core = core
         self.accounting = self.accountings[core]
         self.scalar_reduce_regs = np.full(PMAX, np.nan, dtype=np.float32)
+        self.vector_reduce_regs = np.full(PMAX, np.nan, dtype=np.float32)
         self._shared_used = 0
 
     def finish(self):

@@ -9,6 +9,7 @@ import functools
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from . import indirect
 from .errors import not_modeled
 from .memory import is_on_chip
 
@@ -31,6 +32,8 @@ class DynamicSlice:
 
 
 class NkiTensor:
+    _indirect = None   # an `indirect.Indirection` for a view made by .ap(scalar_offset= / vector_offset=)
+
     def __init__(self, alloc, shape, strides, offset):
         self._alloc = alloc
         self.shape = tuple(int(s) for s in shape)
@@ -67,6 +70,8 @@ class NkiTensor:
         return f"NkiTensor({self.name}, shape={list(self.shape)}, {self.dtype.name}, {self.buffer.name})"
 
     def _view(self, shape, strides, offset=None):
+        if self._indirect is not None:
+            raise not_modeled("views of an indirect access pattern; pass it to dma_copy as it is")
         return NkiTensor(self._alloc, shape, strides, self.offset if offset is None else offset)
 
     @property
@@ -80,6 +85,8 @@ class NkiTensor:
     def numpy(self):
         """A writeable NumPy view of exactly the elements this tensor addresses."""
         base = self._alloc.data
+        if self._indirect is not None:
+            return base[self.flat_indices()].view(indirect.Gathered)
         item = base.itemsize
         return as_strided(base[self.offset:], shape=self.shape, strides=[s * item for s in self.strides])
 
@@ -90,7 +97,7 @@ class NkiTensor:
             shape = [1] * self.ndim
             shape[d] = n
             idx = idx + (np.arange(n, dtype=np.int64) * s).reshape(shape)
-        return idx
+        return idx if self._indirect is None else indirect.flat_indices(self, idx)
 
     # -- indexing ---------------------------------------------------------------------------
     def __getitem__(self, key):
@@ -244,8 +251,6 @@ class NkiTensor:
         return self._view(shape, new_strides)
 
     def ap(self, pattern, offset=None, scalar_offset=None, vector_offset=None, indirect_dim=0, dtype=None):
-        if scalar_offset is not None or vector_offset is not None:
-            raise not_modeled("dynamic access patterns (scalar_offset / vector_offset)")
         if dtype is not None and np.dtype(dtype) != self.dtype:
             raise not_modeled("dtype reinterpretation in .ap()")
         pattern = [list(p) for p in pattern]
@@ -255,6 +260,10 @@ class NkiTensor:
             raise ValueError(f"{self._where('ap')}: the first (partition) step must be the allocation's "
                              f"{self._alloc.row_elems} elements per partition, got {pattern[0][0]}")
         base = self.offset if offset is None else self.offset + int(offset)
+        if scalar_offset is not None or vector_offset is not None:
+            view = NkiTensor(self._alloc, [n for _, n in pattern], [s for s, _ in pattern], base)
+            view._indirect = indirect.make(self, pattern, scalar_offset, vector_offset, indirect_dim)
+            return view
         if self._on_chip:
             row = self._alloc.row_elems
             free_last = base % row + sum((n - 1) * s for s, n in pattern[1:])
@@ -281,7 +290,7 @@ class NkiTensor:
         return True
 
     def is_indirect(self):
-        return False
+        return self._indirect is not None
 
     def view(self, dtype):
         raise not_modeled("NkiTensor.view (dtype reinterpretation)")

@@ -16,6 +16,7 @@ import pytest
 
 import nkicpu
 from nkicpu_testing import F32, NkiValidationError, load, nisa, nki, nl, store
+from test_nkicpu_isa_api import CASES as ISA_API_CASES
 from test_nkicpu_subset import CASES as SUBSET_CASES
 
 SBUF_BYTES = nl.tile_size.sbuf_fmax_bytes   # per partition, trn2
@@ -436,6 +437,7 @@ def test_every_enforced_rule_has_a_case():
     # Launch-grid and nki.jit rules need a grid or a decorator around the kernel: tests/test_nkicpu_api.py.
     covered |= {"lnc-grid", "lnc-race", "lnc-shared-hbm", "lnc-outputs", "jit-options"}
     covered |= {c[0] for c in SUBSET_CASES}   # the Python-subset rules: tests/test_nkicpu_subset.py
+    covered |= {c[0] for c in ISA_API_CASES}  # the rules of the instructions outside isa.py: tests/test_nkicpu_isa_api.py
     assert enforced_rules() <= covered, f"rules without a test: {sorted(enforced_rules() - covered)}"
 
 
@@ -578,13 +580,19 @@ def _select_dynamic():
     t.select(1, sb(1, 1, dtype=nl.int32))
 
 
+def _scatter():
+    idx = sb(4, 1, dtype=nl.int32)
+    nisa.memset(dst=idx, value=0)
+    nisa.dma_copy(dst=hbm(4, 4).ap([[4, 4], [1, 4]], vector_offset=idx), src=sb(4, 4))
+
+
 UNMODELED = [
-    ("is_transpose", lambda: mm(is_transpose=True)),
+    ("is_transpose accumulate", lambda: mm(dst=ps(8, 32), s=sb(32, 8), m=sb(32, 32), is_transpose=True, accumulate=True)),
     ("perf_mode", lambda: mm(perf_mode=nisa.matmul_perf_mode.double_row)),
     ("oob_mode", lambda: nisa.dma_copy(dst=sb(4, 4), src=hbm(4, 4), oob_mode=nisa.oob_mode.skip)),
     ("priority", lambda: nisa.dma_copy(dst=sb(4, 4), src=hbm(4, 4), priority=0)),
     ("address", lambda: nl.ndarray((4, 4), nl.float32, address=(0, 0))),
-    ("scalar_offset", lambda: hbm(4, 4).ap([[4, 4], [1, 4]], scalar_offset=sb(1, 1, dtype=nl.int32))),
+    ("indirect dst", _scatter),
     ("ap dtype", lambda: sb(4, 4).ap([[4, 4], [1, 4]], dtype=nl.int32)),
     ("view", lambda: sb(4, 4).view(nl.int32)),
     ("rearrange", lambda: sb(4, 6).rearrange(("p", ("a", "b")), ("p", "b", "a"), {"a": 2})),
@@ -596,7 +604,7 @@ UNMODELED = [
                                                         op0=nl.bitwise_and, operand0=1.0)),
     ("logical reduce", lambda: nisa.tensor_reduce(dst=sb(8, 1), op=nl.logical_and, data=sb(8, 4), axis=1)),
     ("nl wrapper call", lambda: nl.add(sb(4, 4), sb(4, 4))),
-    ("nisa instruction", lambda: nisa.max8(dst=sb(8, 8), src=sb(8, 16))),
+    ("nisa instruction", lambda: nisa.nc_match_replace8),
     ("nl name", lambda: nl.fori_loop),
     ("core_barrier", lambda: nisa.core_barrier(data=hbm(4, 4), cores=(0, 1))),
     ("tile_size", lambda: nl.tile_size.psum_min_align),

@@ -1,0 +1,55 @@
+"""Top-8 search on VectorE: `max8` (the 8 largest values of each partition, descending) and
+`nc_find_index8` (where 8 given values first occur in each partition), the pair top-k routers use.
+
+Signatures and limits from the SDK isa stub (nki/api/nki/isa/__init__.py). The stub names no engine
+for these two; VectorE is an estimate (they are per-partition streaming searches, VectorE's kind of
+work, and nki-library's router_topk interleaves them with VectorE tensor_copy calls).
+"""
+import numpy as np
+
+from .errors import rule_error
+from .isa import F32, _dst, _on_chip, _pf, _record, _write
+
+TOP8_MIN, TOP8_MAX = 8, 16384          # elements read per partition, inclusive
+INDEX8_DTYPES = ("uint16", "uint32")
+
+
+def _searched(t, where, arg):
+    _on_chip(t, where, arg)
+    if not TOP8_MIN <= t.free_size <= TOP8_MAX:
+        raise rule_error("top8-size", where, f"{arg} must have {TOP8_MIN} to {TOP8_MAX} elements per partition, got "
+                                             f"{t.free_size} ({list(t.shape)})")
+    return t
+
+
+def _eight(t, partitions, where, arg):
+    if t.partitions != partitions or t.free_size != 8:
+        raise rule_error("operand-shape", where, f"{arg} must be [{partitions}, 8], got {list(t.shape)}")
+
+
+def max8(dst, src, name=None):
+    where = "nisa.max8"
+    _searched(src, where, "src")
+    _on_chip(dst, where, "dst")
+    _eight(dst, src.partitions, where, "dst")
+    _dst(dst, where)
+    _write(dst, -np.sort(-_pf(src), axis=1)[:, :8])
+    return _record("max8", "vector", [src], [dst], name=name)
+
+
+def nc_find_index8(dst, data, vals, name=None):
+    where = "nisa.nc_find_index8"
+    _searched(data, where, "data")
+    _on_chip(vals, where, "vals")
+    _on_chip(dst, where, "dst")
+    _eight(vals, data.partitions, where, "vals")
+    _eight(dst, data.partitions, where, "dst")
+    if dst.dtype.name not in INDEX8_DTYPES:
+        raise rule_error("top8-dtype", where, f"dst holds indices: uint16 or uint32, got {dst.dtype.name}")
+    _dst(dst, where)
+    x, v = _pf(data), _pf(vals)                     # compared as fp32, like every VectorE input
+    hit = x[:, None, :] == v[:, :, None]            # [P, 8, n]
+    first = hit.argmax(axis=2)
+    missing = np.iinfo(dst.dtype).max               # "an all-ones sentinel" where a value is absent
+    _write(dst, np.where(hit.any(axis=2), first, missing).astype(dst.dtype), cast=False)
+    return _record("nc_find_index8", "vector", [data, vals], [dst], name=name)
