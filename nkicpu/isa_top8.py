@@ -8,7 +8,7 @@ work, and nki-library's router_topk interleaves them with VectorE tensor_copy ca
 import numpy as np
 
 from .errors import rule_error
-from .isa import F32, _dst, _on_chip, _pf, _record, _write
+from .isa import _dst, _on_chip, _pf, _record, _write
 
 TOP8_MIN, TOP8_MAX = 8, 16384          # elements read per partition, inclusive
 INDEX8_DTYPES = ("uint16", "uint32")
