@@ -108,8 +108,8 @@ def _wrap_input(run, x, key, name, buffer):
 
 
 def _argument_names(fn, args, kwargs):
-    """"<kernel> argument <parameter>" for each argument, positional ones first, so that every
-    message about an argument names its parameter; a call that does not bind fails here."""
+    """How messages name each argument, positional ones first: `<kernel> argument <parameter>`.
+    A call that does not bind to the kernel's signature fails here, naming the kernel."""
     signature = inspect.signature(fn)
     try:
         signature.bind(*args, **kwargs)
