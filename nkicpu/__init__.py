@@ -162,18 +162,18 @@ def capture(kernel):
         if keyword_only:
             raise rule_error("kernel-arguments", fn.__name__, f"keyword-only parameters {keyword_only}: NKI kernel "
                                                               f"signatures may not use a `*` separator")
-        values = list(args) + list(kwargs.values())
-        names = _argument_names(fn, args, kwargs)
-        for a, name in zip(values, names):
-            if _is_torch(a):
-                raise TypeError(f"{name} is a torch tensor; pass NumPy arrays (kernels.reference.to_numpy "
-                                f"converts)")
-            if isinstance(a, list):
-                raise rule_error("kernel-arguments", name, f"expected an array or a tuple (NKI kernels take "
-                                                           f"tuples, not lists), got a list of {len(a)} items")
         # As in the SDK simulator, inputs live in HBM, shared by the programs of a grid (nki_simulator.rst).
         buffer = MemoryRegion.shared_hbm if programs and programs > 1 else MemoryRegion.private_hbm
-        with Run(programs) as r:
+        with Run(programs) as r:    # first: a nested simulate fails as such, whatever its arguments
+            values = list(args) + list(kwargs.values())
+            names = _argument_names(fn, args, kwargs)
+            for a, name in zip(values, names):
+                if _is_torch(a):
+                    raise TypeError(f"{name} is a torch tensor; pass NumPy arrays (kernels.reference.to_numpy "
+                                    f"converts)")
+                if isinstance(a, list):
+                    raise rule_error("kernel-arguments", name, f"expected an array or a tuple (NKI kernels take "
+                                                               f"tuples, not lists), got a list of {len(a)} items")
             keys = list(range(len(args))) + list(kwargs)
             wrapped = [_wrap_input(r, a, key, name, buffer) for a, key, name in zip(values, keys, names)]
             kw = dict(zip(kwargs, wrapped[len(args):]))
