@@ -10,18 +10,28 @@ def expect(condition, arg, expected, got):
 
 
 def expect_shape(t, arg, shape):
-    """`shape` may hold None for a dim that is free to vary."""
+    """`shape` may hold None for a dim that is free to vary (any size >= 1)."""
     ok = len(t.shape) == len(shape)
     want = "["
     for i in range(len(shape)):
-        if ok and shape[i] is not None and shape[i] != t.shape[i]:
+        if ok and (t.shape[i] < 1 if shape[i] is None else shape[i] != t.shape[i]):
             ok = False
         want = want + (", " if i else "") + ("*" if shape[i] is None else str(shape[i]))
     expect(ok, arg, f"shape {want}]", list(t.shape))
 
 
 def expect_rank(t, arg, rank):
+    """A `rank`-d tensor with no empty dim: a size-0 dim, caught where a kernel first reads an
+    argument's shape, would otherwise reach a division or an allocation unnamed."""
     expect(len(t.shape) == rank, arg, f"a {rank}-d tensor", f"shape {list(t.shape)}")
+    expect(_nonempty(t.shape), arg, "no empty dim (every dim >= 1)", f"shape {list(t.shape)}")
+
+
+def _nonempty(shape):
+    ok = True
+    for i in range(len(shape)):
+        ok = ok and shape[i] >= 1
+    return ok
 
 
 def expect_dtype(t, arg, dtypes):

@@ -13,39 +13,28 @@ def block_dims(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state
                norm_weight, recurrent_state):
     """Check the shapes of `gdn_block_tkg`'s 11 arguments; return (B, H, nk, nv, dk, dv, K).
 
-    Each dim comes from one argument and is checked there before anything is derived from it:
-    B, H from hidden; nv, dk, dv from recurrent_state; nk from W_in_qkv's conv_dim =
-    2 * nk * dk + nv * dv columns; K from conv_weight. Every other argument is checked against
-    them. Reads shapes only, so it takes NKI, NumPy and torch tensors alike; the first bad argument
-    fails an assert naming it. Dtypes: `check_block_dtypes`.
+    Each dim comes from one argument, checked (rank, no empty dim, range) before anything is
+    derived from it: B, H from hidden; nv, dk, dv from recurrent_state; nk from W_in_qkv's
+    conv_dim = 2 * nk * dk + nv * dv columns; K from conv_weight. Every other argument is checked
+    against them, so a wrong one is blamed, not the one it disagrees with. Reads shapes only, so
+    it takes NKI, NumPy and torch tensors alike; the first bad argument fails an assert naming it.
+    Dtypes: `check_block_dtypes`.
     """
     pmax = nl.tile_size.pmax
-    ranks = (("hidden", hidden, 3), ("W_in_qkv", W_in_qkv, 2), ("W_in_z", W_in_z, 2),
-             ("W_in_a", W_in_a, 2), ("W_in_b", W_in_b, 2), ("conv_weight", conv_weight, 2),
-             ("conv_state", conv_state, 3), ("A_log", A_log, 1), ("dt_bias", dt_bias, 1),
-             ("norm_weight", norm_weight, 1), ("recurrent_state", recurrent_state, 4))
-    for arg, t, rank in ranks:
-        expect_rank(t, arg, rank)
-
+    expect_rank(hidden, "hidden", 3)
     B, S, H = hidden.shape
     expect(S == 1, "hidden", "one decode token, shape [B, 1, H]", f"shape {list(hidden.shape)}")
-    expect(B >= 1, "hidden", "a batch B = hidden.shape[0] >= 1", B)
-    expect(H >= 1 and H % pmax == 0, "hidden",
-           f"hidden size H = hidden.shape[2] a positive multiple of {pmax}", H)
+    expect(H % pmax == 0, "hidden", f"hidden size H = hidden.shape[2] a multiple of {pmax}", H)
 
+    expect_rank(recurrent_state, "recurrent_state", 4)
     _, nv, dk, dv = recurrent_state.shape
     expect(recurrent_state.shape[0] == B, "recurrent_state",
            f"batch recurrent_state.shape[0] = {B} (as hidden)", list(recurrent_state.shape))
     state_dims = (("num_v_heads", 1, nv), ("head_k_dim", 2, dk), ("head_v_dim", 3, dv))
     for name, axis, n in state_dims:
-        expect(1 <= n <= pmax, "recurrent_state",
-               f"{name} recurrent_state.shape[{axis}] in 1..{pmax}", n)
-    heads = f"length num_v_heads = {nv} (recurrent_state.shape[1])"
-    expect(A_log.shape[0] == nv, "A_log", heads, list(A_log.shape))
-    expect(dt_bias.shape[0] == nv, "dt_bias", heads, list(dt_bias.shape))
-    expect(norm_weight.shape[0] == dv, "norm_weight",
-           f"length head_v_dim = {dv} (recurrent_state.shape[3])", list(norm_weight.shape))
+        expect(n <= pmax, "recurrent_state", f"{name} recurrent_state.shape[{axis}] <= {pmax}", n)
 
+    expect_rank(W_in_qkv, "W_in_qkv", 2)
     expect(W_in_qkv.shape[0] == H, "W_in_qkv", f"{H} rows (H of hidden)", list(W_in_qkv.shape))
     conv_dim = W_in_qkv.shape[1]
     key_dims = conv_dim - nv * dv                                  # 2 * nk * dk
@@ -53,22 +42,34 @@ def block_dims(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state
     expect(key_dims > 0 and key_dims % (2 * dk) == 0 and nv % nk == 0, "W_in_qkv",
            f"conv_dim = W_in_qkv.shape[1] = 2 * nk * {dk} + {nv} * {dv} columns for an integer "
            f"nk >= 1 dividing num_v_heads = {nv}", f"conv_dim = {conv_dim}")
-    weights = (("W_in_z", W_in_z, nv * dv), ("W_in_a", W_in_a, nv), ("W_in_b", W_in_b, nv))
-    for arg, W, n in weights:
-        expect(W.shape[0] == H and W.shape[1] == n, arg, f"shape [H, {n}] = [{H}, {n}]",
-               list(W.shape))
 
+    expect_rank(conv_weight, "conv_weight", 2)
     K = conv_weight.shape[1]
     expect(conv_weight.shape[0] == conv_dim, "conv_weight",
            f"conv_dim = {conv_dim} rows (W_in_qkv.shape[1])", list(conv_weight.shape))
     expect(K_MIN <= K <= K_MAX, "conv_weight",
            f"a conv window K = conv_weight.shape[1] in {K_MIN}..{K_MAX}", K)
+
+    ranks = (("W_in_z", W_in_z, 2), ("W_in_a", W_in_a, 2), ("W_in_b", W_in_b, 2),
+             ("conv_state", conv_state, 3), ("A_log", A_log, 1), ("dt_bias", dt_bias, 1),
+             ("norm_weight", norm_weight, 1))
+    for arg, t, rank in ranks:
+        expect_rank(t, arg, rank)
+    weights = (("W_in_z", W_in_z, nv * dv), ("W_in_a", W_in_a, nv), ("W_in_b", W_in_b, nv))
+    for arg, W, n in weights:
+        expect(W.shape[0] == H and W.shape[1] == n, arg, f"shape [H, {n}] = [{H}, {n}]",
+               list(W.shape))
     expect(conv_state.shape[0] == B, "conv_state", f"batch conv_state.shape[0] = {B} (as hidden)",
            list(conv_state.shape))
     expect(conv_state.shape[1] == conv_dim, "conv_state",
            f"conv_dim = {conv_dim} channels (as W_in_qkv)", list(conv_state.shape))
     expect(conv_state.shape[2] == K, "conv_state",
            f"window conv_state.shape[2] = {K} (as conv_weight)", list(conv_state.shape))
+    heads = f"length num_v_heads = {nv} (recurrent_state.shape[1])"
+    expect(A_log.shape[0] == nv, "A_log", heads, list(A_log.shape))
+    expect(dt_bias.shape[0] == nv, "dt_bias", heads, list(dt_bias.shape))
+    expect(norm_weight.shape[0] == dv, "norm_weight",
+           f"length head_v_dim = {dv} (recurrent_state.shape[3])", list(norm_weight.shape))
     return B, H, nk, nv, dk, dv, K
 
 

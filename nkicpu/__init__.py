@@ -100,11 +100,35 @@ class Capture:
     peak_psum_banks_per_core: tuple
 
 
-def _wrap_input(run, x, i, buffer):
+def _wrap_input(run, x, key, name, buffer):
     if not isinstance(x, np.ndarray):
-        return x  # Python scalars, tuples, dataclasses pass through as compile-time constants
-    alloc = run.argument(i, x, check_dtype(x.dtype, f"kernel argument {i}"), buffer)
+        return x  # Python scalars, tuples, None, dataclasses pass through as compile-time constants
+    alloc = run.argument(key, x, check_dtype(x.dtype, name), buffer)
     return NkiTensor.whole(alloc)
+
+
+def _argument_names(fn, args, kwargs):
+    """How messages name each argument, positional ones first: `<kernel> argument <parameter>`.
+    A call that does not bind to the kernel's signature fails here, naming the kernel."""
+    signature = inspect.signature(fn)
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as e:
+        raise TypeError(f"{fn.__name__}: {e}") from None
+    positional = [p.name for p in signature.parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return [f"{fn.__name__} argument {positional[i] if i < len(positional) else i}"
+            for i in range(len(args))] + [f"{fn.__name__} argument {k}" for k in kwargs]
+
+
+def _not_a_tensor(error, values, names):
+    """The TypeError for a kernel that read a tensor attribute (.shape, .dtype, ...) of a
+    non-array argument (None, a float, a tuple), naming it; None if the object is not an argument."""
+    for value, name in zip(values, names):
+        if value is error.obj and not isinstance(value, np.ndarray):
+            return TypeError(f"{name}: expected a tensor (the kernel reads its .{error.name}), got "
+                             f"{value!r}")
+    return None
 
 
 def _is_torch(x):
@@ -134,27 +158,37 @@ def capture(kernel):
 
     def run(*args, **kwargs):
         check_kernel(fn)  # the Python subset NKI 0.6 compiles (nkicpu/subset.py)
-        for i, a in enumerate(list(args) + list(kwargs.values())):
-            if _is_torch(a):
-                raise TypeError(f"nkicpu.simulate: argument {i} is a torch tensor; pass NumPy arrays "
-                                f"(kernels.reference.to_numpy converts)")
-            if isinstance(a, list):
-                raise rule_error("kernel-arguments", fn.__name__, f"argument {i} is a list; NKI kernels take "
-                                                                  f"tuples, not lists")
         keyword_only = [p.name for p in inspect.signature(fn).parameters.values() if p.kind is p.KEYWORD_ONLY]
         if keyword_only:
             raise rule_error("kernel-arguments", fn.__name__, f"keyword-only parameters {keyword_only}: NKI kernel "
                                                               f"signatures may not use a `*` separator")
         # As in the SDK simulator, inputs live in HBM, shared by the programs of a grid (nki_simulator.rst).
         buffer = MemoryRegion.shared_hbm if programs and programs > 1 else MemoryRegion.private_hbm
-        with Run(programs) as r:
-            wrapped = [_wrap_input(r, a, i, buffer) for i, a in enumerate(args)]
-            kw = {k: _wrap_input(r, v, k, buffer) for k, v in kwargs.items()}
+        with Run(programs) as r:    # first: a nested simulate fails as such, whatever its arguments
+            values = list(args) + list(kwargs.values())
+            names = _argument_names(fn, args, kwargs)
+            for a, name in zip(values, names):
+                if _is_torch(a):
+                    raise TypeError(f"{name} is a torch tensor; pass NumPy arrays (kernels.reference.to_numpy "
+                                    f"converts)")
+                if isinstance(a, list):
+                    raise rule_error("kernel-arguments", name, f"expected an array or a tuple (NKI kernels take "
+                                                               f"tuples, not lists), got a list of {len(a)} items")
+            keys = list(range(len(args))) + list(kwargs)
+            wrapped = [_wrap_input(r, a, key, name, buffer) for a, key, name in zip(values, keys, names)]
+            kw = dict(zip(kwargs, wrapped[len(args):]))
+            wrapped = wrapped[:len(args)]
             inputs = [w for w in wrapped + list(kw.values()) if isinstance(w, NkiTensor)]
             results = []
             for core in range(r.num_programs):  # one after the other; HBM races are rejected by the run
                 r.start_program(core)
-                result = fn(*wrapped, **kw)
+                try:
+                    result = fn(*wrapped, **kw)
+                except AttributeError as e:     # e.g. None.shape: name the argument, if it is one
+                    named = _not_a_tensor(e, values, names)
+                    if named is None:
+                        raise
+                    raise named from e
                 results.append((isinstance(result, tuple), _outputs(fn.__name__, result, inputs)))
             r.finish()
             is_tuple, outs = results[0]

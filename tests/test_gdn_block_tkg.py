@@ -7,7 +7,6 @@ to the neighbouring bf16 value when the kernel's fp32 sum order differs from tor
 shifted columns are bit-exact and the new one is held to the output tolerance.
 """
 import time
-from dataclasses import replace
 
 import ml_dtypes
 import numpy as np
@@ -178,93 +177,7 @@ def test_exported_from_package():
     assert kernels.gdn_block_tkg is gdn_block_tkg
 
 
-# --- bad input ---------------------------------------------------------------------------------
-
-BAD_SHAPE = GDNShape(B=2, H=256, nk=2, nv=4, dk=32, dv=16, K=4, name="bad")   # conv_dim 192
-
-
-def _bad(**changes):
-    x = make_inputs(BAD_SHAPE, seed=11)
-    return dict(x, **{k: (v(x) if callable(v) else v) for k, v in changes.items()})
-
-
-BAD_INPUTS = {
-    "H-not-multiple-of-128": (dict(hidden=np.zeros((2, 1, 200), BF16)),
-                              r"hidden: expected hidden size H = hidden.shape\[2\] a positive multiple of 128, got 200"),
-    "dk-over-128": (dict(recurrent_state=np.zeros((2, 4, 256, 16), np.float32)),
-                    r"recurrent_state: expected head_k_dim recurrent_state.shape\[2\] in 1..128, got 256"),
-    "dv-over-128": (dict(recurrent_state=np.zeros((2, 4, 32, 130), np.float32)),
-                    r"recurrent_state: expected head_v_dim recurrent_state.shape\[3\] in 1..128, got 130"),
-    "nv-not-multiple-of-nk": (make_inputs(replace(BAD_SHAPE, nv=3), seed=11),
-                              r"W_in_qkv: expected conv_dim = W_in_qkv.shape\[1\] = 2 \* nk \* 32 \+ 3 \* 16 "
-                              r"columns for an integer nk >= 1 dividing num_v_heads = 3, got conv_dim = 176"),
-    "conv-dim": (dict(W_in_qkv=lambda x: x["W_in_qkv"][:, :191].copy()),
-                 r"W_in_qkv: expected conv_dim = W_in_qkv.shape\[1\] = 2 \* nk \* 32 \+ 4 \* 16 .* "
-                 r"got conv_dim = 191"),
-    "conv-weight-rows": (dict(conv_weight=np.zeros((192 + 2 * 32, 4), np.float32)),
-                         r"conv_weight: expected conv_dim = 192 rows \(W_in_qkv.shape\[1\]\), got \[256, 4\]"),
-    "conv-window": (dict(conv_weight=np.zeros((192, 5), np.float32)),
-                    r"conv_weight: expected a conv window K = conv_weight.shape\[1\] in 2..4, got 5"),
-    "empty-batch": (dict(hidden=np.zeros((0, 1, 256), BF16)),
-                    r"hidden: expected a batch B = hidden.shape\[0\] >= 1, got 0"),
-    "empty-hidden": (dict(hidden=np.zeros((2, 1, 0), BF16)),
-                     r"hidden: expected hidden size H = hidden.shape\[2\] a positive multiple of 128, got 0"),
-    "no-value-heads": (dict(recurrent_state=np.zeros((2, 0, 32, 16), np.float32)),
-                       r"recurrent_state: expected num_v_heads recurrent_state.shape\[1\] in 1..128, got 0"),
-    "empty-head-v-dim": (dict(recurrent_state=np.zeros((2, 4, 32, 0), np.float32)),
-                         r"recurrent_state: expected head_v_dim recurrent_state.shape\[3\] in 1..128, got 0"),
-    "windows-differ": (dict(conv_state=lambda x: x["conv_state"][:, :, :3].copy()),
-                       r"conv_state: expected window conv_state.shape\[2\] = 4 \(as conv_weight\), got \[2, 192, 3\]"),
-    "conv-state-batch": (dict(conv_state=lambda x: x["conv_state"][:1].copy()),
-                         r"conv_state: expected batch conv_state.shape\[0\] = 2 \(as hidden\), got \[1, 192, 4\]"),
-    "recurrent-state-batch": (dict(recurrent_state=lambda x: x["recurrent_state"][:1].copy()),
-                              r"recurrent_state: expected batch recurrent_state.shape\[0\] = 2 \(as hidden\), "
-                              r"got \[1, 4, 32, 16\]"),
-    "hidden-dtype": (dict(hidden=lambda x: x["hidden"].astype(np.float32)),
-                     r"hidden: expected dtype bfloat16, got float32"),
-    "W-dtype": (dict(W_in_z=lambda x: x["W_in_z"].astype(np.float32)), r"W_in_z: expected dtype bfloat16, got float32"),
-    "state-dtype": (dict(recurrent_state=lambda x: x["recurrent_state"].astype(BF16)),
-                    r"recurrent_state: expected dtype float32, got bfloat16"),
-    "conv-weight-dtype": (dict(conv_weight=lambda x: x["conv_weight"].astype(BF16)),
-                          r"conv_weight: expected dtype float32, got bfloat16"),
-    "hidden-rank": (dict(hidden=lambda x: x["hidden"][:, 0].copy()), r"hidden: expected a 3-d tensor, got shape \[2, 256\]"),
-    "state-rank": (dict(recurrent_state=lambda x: x["recurrent_state"][0].copy()),
-                   r"recurrent_state: expected a 4-d tensor, got shape \[4, 32, 16\]"),
-    "norm-weight-length": (dict(norm_weight=np.ones(32, np.float32)),
-                           r"norm_weight: expected length head_v_dim = 16 .*got \[32\]"),
-    "A_log-length": (dict(A_log=np.zeros(8, np.float32)),
-                     r"A_log: expected length num_v_heads = 4 \(recurrent_state.shape\[1\]\), got \[8\]"),
-    "dt_bias-length": (dict(dt_bias=np.zeros(5, np.float32)), r"dt_bias: expected length num_v_heads = 4 .*got \[5\]"),
-    "W-shape": (dict(W_in_a=lambda x: x["W_in_a"][:, :3].copy()), r"W_in_a: expected shape \[H, 4\] = \[256, 4\], got \[256, 3\]"),
-}
-
-
-@pytest.mark.parametrize("case", list(BAD_INPUTS))
-def test_rejects(case):
-    changes, match = BAD_INPUTS[case]
-    with pytest.raises(AssertionError, match=match):
-        nki.simulate(gdn_block_tkg)(*_bad(**changes).values())
-
-
-@pytest.mark.parametrize("version", [v for v in VERSIONS if v != "fused"])
-@pytest.mark.parametrize("case", ["conv-weight-rows", "nv-not-multiple-of-nk", "empty-batch",
-                                  "state-dtype"])
-def test_every_step_rejects_alike(version, case):
-    """Every composition step checks its arguments with the fused kernel's block_dims and
-    check_block_dtypes, so it rejects the same input with the same message."""
-    changes, match = BAD_INPUTS[case]
-    with pytest.raises(AssertionError, match=match):
-        run(version, _bad(**changes))
-
-
-@pytest.mark.parametrize("case", ["conv-weight-rows", "nv-not-multiple-of-nk", "empty-batch",
-                                  "no-value-heads", "W-shape"])
-def test_reference_rejects_shapes_alike(case):
-    """The torch reference derives the dims with the kernels' block_dims: the same message, raised
-    as the host code's ValueError."""
-    changes, match = BAD_INPUTS[case]
-    with pytest.raises(ValueError, match=match):
-        gdn_block_tkg_ref(*(to_torch(v) for v in _bad(**changes).values()))
+# bad input: tests/test_bad_input.py
 
 
 def test_fused_kernel_builds_one_ones_tile():
