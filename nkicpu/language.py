@@ -14,7 +14,9 @@ from .ops import OPS
 from .run import current_run, running
 from .tensor import DynamicSlice, NkiTensor
 
-__all__ = ["NkiTensor", "is_hbm", "is_on_chip", "is_psum", "is_sbuf"]
+__all__ = ["NkiTensor", "is_hbm", "is_on_chip", "is_psum", "is_sbuf",   # the API names imported from other modules
+           "broadcast_to", "empty_like", "load", "max", "min", "shared_constant", "shared_identity_matrix", "store",
+           "sum"]
 
 # -- buffers and dtypes ---------------------------------------------------------------------
 sbuf = MemoryRegion.sbuf
