@@ -136,6 +136,7 @@ def program_ndim():
 
 # The experimental wrappers over nisa (imported last: language_wrappers reaches back into this module).
 # nl.copy stays the operator object above (activation op=nl.copy); calling it runs the wrapper.
+# sum, max and min shadow the builtins in this module from here on.
 from .language_wrappers import (broadcast_to, empty_like, load, max, min, shared_constant,  # noqa: E402
                                 shared_identity_matrix, store, sum)
 

@@ -8,7 +8,6 @@ import math
 
 import numpy as np
 
-
 F32 = np.float32
 
 
