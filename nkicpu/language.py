@@ -1,5 +1,6 @@
-"""`nki.language` on the CPU: tensors, buffers, dtypes, tile sizes, loops, the SPMD queries and
-the `nl.*` operator objects that `nisa` calls take as `op=`.
+"""`nki.language` on the CPU: tensors, buffers, dtypes, tile sizes, loops, the SPMD queries, the
+`nl.*` operator objects that `nisa` calls take as `op=`, and the experimental wrappers over `nisa`
+(nl.load, nl.sum, nl.add(x, y), ...: nkicpu/language_wrappers.py).
 
 Names, argument order and defaults follow the Neuron SDK 2.32 API stubs
 (nki/api/nki/language/__init__.py). Python loops are unrolled, as in NKI 0.7+.
@@ -13,7 +14,9 @@ from .ops import OPS
 from .run import current_run, running
 from .tensor import DynamicSlice, NkiTensor
 
-__all__ = ["NkiTensor", "is_hbm", "is_on_chip", "is_psum", "is_sbuf"]
+__all__ = ["NkiTensor", "is_hbm", "is_on_chip", "is_psum", "is_sbuf",   # the API names imported from other modules
+           "broadcast_to", "empty_like", "load", "max", "min", "shared_constant", "shared_identity_matrix", "store",
+           "sum"]
 
 # -- buffers and dtypes ---------------------------------------------------------------------
 sbuf = MemoryRegion.sbuf
@@ -44,11 +47,11 @@ class _TileSize:
     sbuf_fmax_bytes = memory.SBUF_PARTITION_BYTES
     sbuf_fmax = memory.SBUF_PARTITION_BYTES // 4
     total_available_sbuf_size = memory.SBUF_PARTITION_BYTES
-
-    def __getattr__(self, attr):
-        if attr.startswith("__"):
-            raise AttributeError(attr)  # Python protocol probes (copy, pickle, inspect) are not NKI names
-        raise not_modeled(f"nl.tile_size.{attr} (its trn2 value is not documented)")
+    # Byte alignment of a free-dim address: the values the NKI front end's tracer binds for every
+    # NeuronCore generation (github.com/leanprover/KLR, KLR/Trace.lean `kernelEnv`, at 1ca4ae0);
+    # PSUM's 4 is its 4-byte word (isa.py, _psum_whole_words).
+    psum_min_align = 4
+    sbuf_min_align = 1
 
 
 tile_size = _TileSize()
@@ -129,6 +132,13 @@ def num_programs(axes=0):
 
 def program_ndim():
     return _grid()[2]
+
+
+# The experimental wrappers over nisa (imported last: language_wrappers reaches back into this module).
+# nl.copy stays the operator object above (activation op=nl.copy); calling it runs the wrapper.
+# sum, max and min shadow the builtins in this module from here on.
+from .language_wrappers import (broadcast_to, empty_like, load, max, min, shared_constant,  # noqa: E402
+                                shared_identity_matrix, store, sum)
 
 
 def device_print(print_prefix, tensor):

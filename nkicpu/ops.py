@@ -1,14 +1,12 @@
 """ALU operators and activation functions: the `nl.*` objects passed as `op=` to `nisa` calls.
 
 Each is an `Op` with its fp32 NumPy semantics. `alu` ops run on Vector/GpSimd (binary, or unary
-with operand0 None/0); `act` ops are ScalarE activation functions. Calling one directly, like the
-experimental `nl.add(x, y)` convenience wrappers, is not modeled.
+with operand0 None/0); `act` ops are ScalarE activation functions. Calling one, `nl.add(x, y)`, is
+the experimental wrapper over nisa (nkicpu/language_wrappers.py).
 """
 import math
 
 import numpy as np
-
-from .errors import not_modeled
 
 F32 = np.float32
 
@@ -23,7 +21,8 @@ class Op:
         return f"nl.{self.name}"
 
     def __call__(self, *args, **kwargs):
-        raise not_modeled(f"the experimental nl.{self.name}(...) wrapper; pass nl.{self.name} as op= to a nisa call")
+        from .language_wrappers import call   # it imports nisa, which imports this module
+        return call(self, *args, **kwargs)
 
 
 def _cmp(f):

@@ -604,11 +604,10 @@ UNMODELED = [
     ("bitvec tensor_scalar", lambda: nisa.tensor_scalar(dst=sb(8, 4, dtype=nl.int32), data=sb(8, 4, dtype=nl.int32),
                                                         op0=nl.bitwise_and, operand0=1.0)),
     ("logical reduce", lambda: nisa.tensor_reduce(dst=sb(8, 1), op=nl.logical_and, data=sb(8, 4), axis=1)),
-    ("nl wrapper call", lambda: nl.add(sb(4, 4), sb(4, 4))),
+    ("unary nl wrapper call", lambda: nl.exp(sb(4, 4))),
     ("nisa instruction", lambda: nisa.nc_match_replace8),
     ("nl name", lambda: nl.fori_loop),
     ("core_barrier", lambda: nisa.core_barrier(data=hbm(4, 4), cores=(0, 1))),
-    ("tile_size", lambda: nl.tile_size.psum_min_align),
 ]
 
 
