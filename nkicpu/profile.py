@@ -33,6 +33,11 @@ def split_core(lane):
     return (head, rest) if re.fullmatch(r"c\d+", head) and rest else ("", lane)
 
 
+def lane_cores(events):
+    """How many physical cores an event list's lanes name ("c0 ...", "c1 ..."); 1 if none does."""
+    return len({split_core(e["lane"])[0] for e in events} - {""}) or 1
+
+
 def is_dma_lane(lane):
     """Whether a lane is a DMA queue ("DMA q0", "c1 DMA ScalarE")."""
     return split_core(lane)[1].startswith("DMA")
