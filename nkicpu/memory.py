@@ -116,11 +116,11 @@ class Allocation:
 
 
 class Accounting:
-    """Live SBUF bytes and PSUM banks per partition for one kernel run."""
+    """Live SBUF bytes and PSUM banks per partition for one kernel run, and where each allocation lies."""
 
     def __init__(self):
         self.sbuf_bytes = 0
-        self.sbuf_regions = {}                     # allocation id -> (first byte, end byte) per partition
+        self.sbuf_regions = {}                     # allocation id -> its region (`Allocation.region`)
         self.psum_banks = [None] * PSUM_NUM_BANKS  # allocation id holding each bank
         self.sbuf_next = self.psum_next = 0        # where the next allocation's search starts (next fit)
         self.peak_sbuf_bytes = 0
