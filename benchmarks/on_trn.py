@@ -74,7 +74,7 @@ import numpy as np
 
 import kernels  # the Neuron SDK's nki where it imports, else nkicpu
 from nkicpu import explorer
-from nkicpu.profile import Profile
+from nkicpu.profile import Profile, lane_cores
 
 from kernels.accuracy import compare
 from kernels.registry import BY_NAME, ENTRIES
@@ -229,7 +229,7 @@ def read_events_file(path):
 def load_events(path):
     """A `Profile` of an events file, under the file's own label (plot it with nkicpu.timeline)."""
     data = read_events_file(path)
-    return Profile.from_events(data["events"], data["label"])
+    return Profile.from_events(data["events"], data["label"], cores=lane_cores(data["events"]))
 
 
 # --- running tools ----------------------------------------------------------------------------

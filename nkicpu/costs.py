@@ -103,9 +103,13 @@ MATMUL_FP32_PASSES = _const(
                  "TFLOPS on NeuronCore-v3 (neuron-core-v3.rst) also reads as 4x")
 TENSOR_FLOOR_US = _const(
     "TENSOR_FLOOR_US", 0.14, "us / TensorE instruction (minimum)",
-    f"{DELTANET_LOG}: 'the measured per-instruction floor (~140 ns)' of TensorE instructions (fp32 "
-    "decode matmuls, B = 2 columns)", band=LIKELY,
-    disagreement="the documentation gives only MM_INIT_LATENCY, 64 cycles = 27 ns at 2.4 GHz")
+    f"{DELTANET_LOG}: 'the measured per-instruction floor (~140 ns)' of TensorE instructions, measured "
+    "on fp32 decode matmuls (B = 2 columns) of 2 passes each (MATMUL_FP32_PASSES). No public source "
+    "gives a floor for single-pass instructions (bf16 matmuls, nc_transpose), so for them it is a "
+    "band: BEST no floor beyond MM_INIT_CYCLES (64 cycles = 27 ns), LIKELY this fp32 figure unchanged "
+    "(the conservative end; a bf16 matmul may well be faster)", band=LIKELY,
+    disagreement="the documentation gives only MM_INIT_LATENCY, 64 cycles = 27 ns at 2.4 GHz; the same "
+                 f"source prices 512 added fp32 instructions at 25-38 us, 49-74 ns each ({DELTANET})")
 
 # -- VectorE -----------------------------------------------------------------------------------
 VECTOR_FIXED_CYCLES = _const(
@@ -221,12 +225,18 @@ DMA_ACHIEVED_GBPS = _const(
     "DMA_ACHIEVED_GBPS", 271, "GB/s per NeuronCore (all 16 engines)",
     "estimate: the descriptor-free rate R of the fit in DMA_DESCRIPTOR_OVERHEAD_BYTES; the measured "
     f"streams ran at 240 GB/s (512-1024 B runs) and 267 GB/s (4 KiB runs) ({DELTANET})",
-    band=LIKELY, disagreement=f"368 GB/s peak (HBM_ROOFLINE_GBPS); whole kernels reached 181-211 GB/s "
-                              f"({DELTANET})")
+    band=LIKELY, disagreement="368 GB/s peak (HBM_ROOFLINE_GBPS). Whole kernels ran slower: an LNC=2 DeltaNet "
+                              "layer moved 17.19 MB (both cores) in 82-95 us of wall time including ~16 us of "
+                              "launch preamble and epilogue, quoted as 181-211 GB/s; per core over the kernel "
+                              f"body alone that is 17.19 MB / 2 / (66-79 us) = 109-130 GB/s ({DELTANET})")
 DMA_QUEUES = _const(
     "DMA_QUEUES", 4, "queues",
-    "estimate: the compiler spreads dma_copy calls over a few queues (tied to the trigger engine: "
-    f"SyncE, ScalarE, GpSimd; {DMA_OVERVIEW}, 'DMA Queues'); we use 4 in-order queues, round-robin")
+    f"{DMA_OVERVIEW}, 'DMA Queues': a DMA's queue 'is typically tied to the trigger engine and the method "
+    "of descriptor generation'; transfers in a queue run in order, different queues share the engines "
+    "round robin. A kernel picks the trigger of a hardware-DGE DMA (dge_mode=hwdge, engine=sync or "
+    "scalar; doc: nki/deep-dives/nki-dge.rst), and a software-DGE DMA is GpSimd's: each of these "
+    "gets its trigger's queue. Where the compiler picks (dge_mode unknown or none, or hwdge without "
+    "engine=), estimate: it spreads the DMAs over this many in-order queues, round-robin")
 DMA_TRANSPOSE_HBM_EFFICIENCY = _const(
     "DMA_TRANSPOSE_HBM_EFFICIENCY", 0.9, "x DMA throughput (HBM to SBUF)",
     f"{ARCH2}, 'DMA Transpose': 'up to 90% DMA throughput utilization'; all 16 engines cooperate")

@@ -18,8 +18,10 @@ repository, release 2.32):
 Lanes: the matmul row (TensorMatrix, opcode MATMUL) is "TensorE", as the whole matmul is in the
 model; LoadStationary (LDWEIGHTS) rows go to their own lane, "TensorE load". Vector, Scalar (ACT),
 GpSimd (Pool) and Sync map to "VectorE", "ScalarE", "GpSimd", "SyncE"; a DMA queue is
-"DMA <queue name>". Semaphore instructions are the engine waiting (Explorer's ActiveTime excludes
-semaphore waits), so they are dropped. Times start at 0 at the first event.
+"DMA <queue name>". Rows of an LNC=2 capture carry their physical core (`pcore_idx`, 0 or 1): the
+lanes are then named per core ("c1 VectorE", "c0 DMA qSyncIO0"), as in a modeled profile.
+Semaphore instructions are the engine waiting (Explorer's ActiveTime excludes semaphore waits), so
+they are dropped. Times start at 0 at the first event.
 
 Reading Parquet needs pyarrow, which this project does not install (it is imported when a table is
 read); the JSON export (legacy, unmaintained from Neuron 2.34) needs only the standard library.
@@ -28,7 +30,8 @@ import glob
 import json
 import os
 
-from .profile import Profile
+from .profile import Profile, lane_cores
+from .schedule import lane_name
 
 MEASURED = "measured on trn2 (neuron-explorer)"
 
@@ -71,6 +74,12 @@ def _span_ns(row):
 
 def reduce_rows(instructions, dma=()):
     """Events from rows of the `Instruction` and `DmaPacketAggregated` tables (dicts by field name)."""
+    cores = max((int(r["pcore_idx"]) for r in list(instructions) + list(dma) if _present(r.get("pcore_idx"))),
+                default=0) + 1
+
+    def per_core(lane, row):
+        return lane_name(int(row["pcore_idx"]), lane, cores) if _present(row.get("pcore_idx")) else lane
+
     raw = []
     for row in instructions:
         opcode = str(row.get("opcode", ""))
@@ -78,12 +87,12 @@ def reduce_rows(instructions, dma=()):
             continue
         lane = _lane(row.get("engine"), row.get("timeline_track"), opcode)
         args = {k: _plain(row[k]) for k in _ARG_FIELDS if _present(row.get(k))}
-        raw.append((lane, opcode, *_span_ns(row), args))
+        raw.append((per_core(lane, row), opcode, *_span_ns(row), args))
     for row in dma:
         queue = row["queue_name"] if _present(row.get("queue_name")) else f"q{row['queue_idx']}"
         args = {k: _plain(row[k]) for k in ("transfer_bytes", "source", "dest", "variable") if _present(row.get(k))}
         name = next((str(row[k]) for k in ("variable", "op") if _present(row.get(k))), "dma")
-        raw.append((f"DMA {queue}", name, *_span_ns(row), args))
+        raw.append((per_core(f"DMA {queue}", row), name, *_span_ns(row), args))
     t0 = min((start for _, _, start, _, _ in raw), default=0)
     return [{"lane": lane, "name": name, "start_us": (start - t0) / 1000, "dur_us": (end - start) / 1000,
              "args": args} for lane, name, start, end, args in raw]
@@ -132,4 +141,4 @@ def load(path, label=MEASURED):
 
     Only call data from a real capture "measured"; pass another label for anything else."""
     events = read_parquet(path) if os.path.isdir(path) else read_json(path)
-    return Profile.from_events(events, label)
+    return Profile.from_events(events, label, cores=lane_cores(events))

@@ -4,7 +4,13 @@ An allocation owns a flat NumPy array. New allocations are filled with NaN (floa
 sentinel, as the SDK simulator does, so a read of memory nothing wrote shows up in the output.
 SBUF and PSUM capacity is counted per partition over live allocations: an allocation is live
 while any tensor view of it is referenced from Python, which is how a kernel that allocates its
-tiles inside a loop lets the next iteration reuse the space.
+tiles inside a loop lets the next iteration reuse the space. Each on-chip allocation gets an
+address range within a partition (`Allocation.region`; PSUM in whole banks), the next free one
+after the previous allocation's, wrapping around at the end ("next fit": the compiler's allocator
+is not documented, and next fit reuses the memory freed longest ago, as a ring buffer would). A
+new allocation may take memory one freed before it had, and the cost model orders its accesses
+after the old contents' last ones (`nkicpu.schedule`, rule 2): the on-chip capacity bounds how far
+ahead a kernel can load.
 """
 import weakref
 from enum import Enum
@@ -104,16 +110,19 @@ class Allocation:
         # `accumulate=None` can tell a first write (overwrite) from a later one (accumulate).
         self.matmul_written = np.zeros(size, dtype=bool) if is_psum(buffer) else None
         self.row_elems = size // self.shape[0] if is_on_chip(buffer) else None
+        self.region = None      # on chip: ((first byte, end byte), ...) within each partition of its buffer
         if accounting is not None:
             accounting.allocate(self)
 
 
 class Accounting:
-    """Live SBUF bytes and PSUM banks per partition for one kernel run."""
+    """Live SBUF bytes and PSUM banks per partition for one kernel run, and where each allocation lies."""
 
     def __init__(self):
         self.sbuf_bytes = 0
+        self.sbuf_regions = {}                     # allocation id -> its region (`Allocation.region`)
         self.psum_banks = [None] * PSUM_NUM_BANKS  # allocation id holding each bank
+        self.sbuf_next = self.psum_next = 0        # where the next allocation's search starts (next fit)
         self.peak_sbuf_bytes = 0
         self.peak_psum_banks = 0
 
@@ -127,14 +136,20 @@ class Accounting:
                 raise rule_error("sbuf-capacity", where,
                                  f"needs {nbytes} B per partition but only {SBUF_PARTITION_BYTES - self.sbuf_bytes} B "
                                  f"of {SBUF_PARTITION_BYTES} B (trn2 SBUF) are free in live allocations")
+            alloc.region = self._next_fit(nbytes)
+            self.sbuf_regions[alloc.id] = alloc.region
+            self.sbuf_next = alloc.region[-1][1]
             self.sbuf_bytes += nbytes
             self.peak_sbuf_bytes = max(self.peak_sbuf_bytes, self.sbuf_bytes)
-            weakref.finalize(alloc, self._free_sbuf, nbytes)
+            weakref.finalize(alloc, self._free_sbuf, alloc.id, nbytes)
             return
         banks = -(-nbytes // PSUM_BANK_BYTES)
-        for start in range(PSUM_NUM_BANKS - banks + 1):
+        starts = range(PSUM_NUM_BANKS - banks + 1)
+        for start in sorted(starts, key=lambda s: (s < self.psum_next, s)):   # next fit
             if all(b is None for b in self.psum_banks[start:start + banks]):
                 self.psum_banks[start:start + banks] = [alloc.id] * banks
+                self.psum_next = start + banks
+                alloc.region = ((start * PSUM_BANK_BYTES, start * PSUM_BANK_BYTES + nbytes),)
                 used = sum(b is not None for b in self.psum_banks)
                 self.peak_psum_banks = max(self.peak_psum_banks, used)
                 weakref.finalize(alloc, self._free_psum, alloc.id)
@@ -144,7 +159,31 @@ class Accounting:
                          f"{PSUM_NUM_BANKS} banks ({PSUM_NUM_BANKS * PSUM_BANK_BYTES // 1024} KiB) and "
                          f"{sum(b is None for b in self.psum_banks)} are free in live allocations")
 
-    def _free_sbuf(self, nbytes):
+    def _next_fit(self, nbytes):
+        """SBUF for `nbytes` per partition: the first free range large enough at or after
+        `sbuf_next`, else from address 0. When live allocations leave no free range large enough
+        (a fragmentation the compiler, which knows every lifetime ahead, would plan around), the
+        free ranges from `sbuf_next` on, wrapping around, in pieces."""
+        gaps, start = [], 0
+        for first, end in sorted(p for pieces in self.sbuf_regions.values() for p in pieces):
+            if first > start:
+                gaps.append((start, first))
+            start = max(start, end)
+        if start < SBUF_PARTITION_BYTES:
+            gaps.append((start, SBUF_PARTITION_BYTES))
+        for low in (self.sbuf_next, 0):
+            for first, end in gaps:
+                if max(first, low) + nbytes <= end:
+                    return ((max(first, low), max(first, low) + nbytes),)
+        pieces, need = [], nbytes
+        for first, end in sorted(gaps, key=lambda g: (g[1] <= self.sbuf_next, g[0])):
+            pieces.append((first, first + min(need, end - first)))
+            need -= pieces[-1][1] - first
+            if not need:
+                return tuple(pieces)
+
+    def _free_sbuf(self, alloc_id, nbytes):
+        del self.sbuf_regions[alloc_id]
         self.sbuf_bytes -= nbytes
 
     def _free_psum(self, alloc_id):

@@ -33,6 +33,16 @@ def split_core(lane):
     return (head, rest) if re.fullmatch(r"c\d+", head) and rest else ("", lane)
 
 
+def lane_cores(events):
+    """How many physical cores an event list's lanes name ("c0 ...", "c1 ..."); 1 if none does."""
+    return len({split_core(e["lane"])[0] for e in events} - {""}) or 1
+
+
+def is_dma_lane(lane):
+    """Whether a lane is a DMA queue ("DMA q0", "c1 DMA ScalarE")."""
+    return split_core(lane)[1].startswith("DMA")
+
+
 def ordered_lanes(names):
     """Per core, engines first in a fixed order, then DMA queues (q2 before q10), then anything else."""
     def natural(text):
@@ -156,12 +166,12 @@ def _event(ins, slot):
             "dur_us": slot.end_us - slot.start_us, "args": args}
 
 
-def profile_instructions(instructions, shapes=None, outputs=None):
+def profile_instructions(instructions, shapes=None, outputs=None, regions=None):
     """The modeled `Profile` of an instruction record: the LIKELY timeline in the events, the BEST end in best_us.
 
     The events list the instructions in program order (event k is instruction k), then the work
-    the record does not show."""
-    deps = dependencies(instructions, shapes)
+    the record does not show. shapes, regions: see `nkicpu.schedule.dependencies`."""
+    deps = dependencies(instructions, shapes, regions)
     likely = schedule(instructions, band=costs.LIKELY, deps=deps)
     best = schedule(instructions, band=costs.BEST, deps=deps)
     n = len(instructions)
@@ -179,9 +189,13 @@ def _shapes(capture):
     return {alloc: info.shape for alloc, info in capture.allocations.items()}
 
 
+def _regions(capture):
+    return {alloc: (info.buffer, info.region) for alloc, info in capture.allocations.items() if info.region}
+
+
 def profile_capture(capture):
     """Schedule a `nkicpu.Capture` with the trn2 cost model."""
-    return profile_instructions(capture.instructions, _shapes(capture), capture.outputs)
+    return profile_instructions(capture.instructions, _shapes(capture), capture.outputs, _regions(capture))
 
 
 def profile(kernel):
@@ -201,6 +215,9 @@ PATH_PARTS = {"latency": "DMA fixed latency", "moving": "DMA data moving", "tens
               "tables": "ScalarE table loads", "handoffs": "semaphore hand-offs"}
 
 
+_ENGINE_OF = {lane: engine for engine, lane in ENGINE_LANES.items()}   # "TensorE" -> "tensor"
+
+
 def critical_path(p, eps=1e-9):
     """The likely timeline's critical path as (event, part, µs) steps, earliest first. From the
     event that ends last, each step goes back to what the event waited for last: the event that
@@ -213,9 +230,10 @@ def critical_path(p, eps=1e-9):
              if f is not e and f["dur_us"] > 0 and abs(event_end(f) - e["start_us"]) < eps}
     steps, e = [], max(p.events, key=event_end)
     while e is not None:
-        a, dma = e["args"], e["lane"].startswith("DMA")
-        part = "moving" if dma else "tables" if e["name"].startswith("ACT_TABLE_LOAD") else e["lane"]
-        steps.append((e, PATH_PARTS.get(part, part), e["dur_us"]))
+        a, dma = e["args"], is_dma_lane(e["lane"])
+        part = ("moving" if dma else "tables" if e["name"].startswith("ACT_TABLE_LOAD")
+                else _ENGINE_OF[split_core(e["lane"])[1]])
+        steps.append((e, PATH_PARTS[part], e["dur_us"]))
         producers = [p.events[d] for d in a["deps"]]
         if id(e) in ahead and (not producers or e["start_us"] > a["ready_us"] + a.get("latency_us", 0) + eps):
             e = ahead[id(e)]                                   # it waited for its lane
@@ -246,7 +264,7 @@ def critical_path_parts(p):
 def no_dma_spans(p):
     """The stretches of a profile's (likely) timeline in which no DMA moves any data: [(start, end)]."""
     spans, reach = [], 0.0
-    for start, end in sorted((e["start_us"], event_end(e)) for e in p.events if e["lane"].startswith("DMA")):
+    for start, end in sorted((e["start_us"], event_end(e)) for e in p.events if is_dma_lane(e["lane"])):
         if start > reach:
             spans.append((reach, start))
         reach = max(reach, end)
@@ -274,7 +292,7 @@ def core_parts(capture, band=costs.LIKELY):
     """`dma_parts` of every physical core of a launch, by program id, plus its "total". Each core
     has its own DMA queues and bandwidth (`nkicpu.schedule`, rule 5), so its time splits on its
     own: its total is when its last instruction ends, its bytes those its own DMAs move."""
-    slots = schedule(capture.instructions, _shapes(capture), band=band)
+    slots = schedule(capture.instructions, _shapes(capture), band=band, regions=_regions(capture))
     parts = []
     for core in range(core_count(capture.instructions)):
         # a work slot's index is the instruction it was done for, so it counts on that one's core

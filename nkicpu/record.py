@@ -21,6 +21,7 @@ class AllocationInfo(NamedTuple):
     buffer: str            # "sbuf", "psum", "private_hbm", "shared_hbm"
     dtype: str             # the NKI dtype name
     shape: tuple
+    region: tuple = None   # on chip: ((first byte, end byte), ...) within a partition (`memory.Allocation.region`)
 
 
 @dataclass(frozen=True)

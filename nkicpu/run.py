@@ -79,7 +79,8 @@ class Run:
         if shared and self.core:
             return self._shared_again(shape, dtype, name)
         alloc = Allocation(next(self._ids), shape, dtype, buffer, name, self.accounting)
-        self.allocations[alloc.id] = AllocationInfo(alloc.name, buffer.value, dtype_name(dtype), alloc.shape)
+        self.allocations[alloc.id] = AllocationInfo(alloc.name, buffer.value, dtype_name(dtype), alloc.shape,
+                                                    alloc.region)
         if shared:
             self._shared.append(alloc)
         self.track(alloc)

@@ -3,31 +3,41 @@
 The model, in five rules:
 
 1. Queues. Each compute engine (TensorE, VectorE, ScalarE, GpSimd) runs its instructions one at a
-   time, in program order. DMA transfers go to `DMA_QUEUES` queues, assigned round-robin in
-   program order (the 1st, 5th, 9th ... `dma_copy` to "DMA q0", the 2nd, 6th ... to "DMA q1", and
-   so on). A queue is in order too: a transfer whose inputs are not ready holds up the ones behind
-   it, as on the hardware. Transfers on different queues overlap.
+   time, in program order. A DMA goes to the queue of its trigger and descriptor generation
+   (`dma_queue`): a hardware-DGE DMA a kernel gives a trigger engine (`dge_mode=hwdge`,
+   `engine=nisa.engine.sync` or `.scalar`) to that engine's queue ("DMA SyncE", "DMA ScalarE"),
+   a software-DGE DMA (`dge_mode=swdge`) to GpSimd's ("DMA GpSimd"), and every DMA whose trigger
+   the compiler picks to one of `DMA_QUEUES` queues, round-robin in program order (the 1st, 5th,
+   9th ... such DMA to "DMA q0", the 2nd, 6th ... to "DMA q1", and so on). A queue is in order: a
+   transfer whose inputs are not ready holds up the ones behind it, as on the hardware. Transfers
+   on different queues overlap. A ScalarE-triggered DMA is also an instruction in ScalarE's
+   stream: the trigger takes its place in program order there (it takes no ScalarE time: the DGE
+   runs beside the ScalarE pipeline), so it waits for ScalarE's earlier instructions and holds up
+   its later ones until the DMA's inputs are ready.
 2. Dependencies. An instruction waits for every earlier instruction whose memory it must not
    overtake: it reads what the other wrote (read after write), writes what the other read (write
    after read) or writes what the other wrote (write after write). Two accesses conflict when they
-   share a storage element of the same allocation. Explicit `depends_on` edges count too.
+   share a storage element of the same allocation; and an on-chip allocation that takes memory an
+   earlier, freed allocation had (`memory.Allocation.region`) waits, on every lane, for the last
+   accesses to the old one, so the memory a kernel reuses bounds how far ahead it can load.
+   Explicit `depends_on` edges count too.
 3. Compute engines. An instruction starts when its engine is free and its producers have ended
    (in the LIKELY estimate, `SEMAPHORE_US` later for a producer on another engine or DMA queue),
    and keeps the engine busy for `costs.engine_us(ins)`. Work the record does not show as
    instructions runs in the queues too: a ScalarE function-table load (LIKELY) before an
    activation that needs another table than the one loaded, which needs no data and so can run
-   while the activation still waits for its inputs; and GpSimd's descriptor generation before a
-   `dge_mode=swdge` DMA, which that DMA waits for.
+   while the activation still waits for its inputs; GpSimd's descriptor generation before a
+   `dge_mode=swdge` DMA, which that DMA waits for; and a ScalarE-triggered DMA's trigger (rule 1).
 4. DMA. A transfer is triggered, in queue order, once its producers have ended; after a fixed
    latency its data starts to move, once the transfer ahead of it in the queue has finished. All
    transfers moving data on one core share that core's DMA bandwidth (`costs.dma_bytes_per_us`):
    each gets an equal share, but never more than the engines it spreads over can move (a transfer
    over few partitions uses few engines), and what one cannot use goes to the others ("max-min
-   fair" sharing). Rates change only when a transfer starts or ends, so the simulation steps from
-   event to event.
+   fair" sharing, the documented round robin between queues). Rates change only when a transfer
+   starts or ends, so the simulation steps from event to event.
 5. Cores. With an LNC launch grid every instruction carries its physical core. Each core has its
-   own engines, DMA queues and DMA bandwidth (its own 16 DMA engines), and lanes are named per
-   core ("c1 VectorE") when there is more than one.
+   own engines, DMA queues, DMA bandwidth (its own 16 DMA engines) and on-chip memory, and lanes
+   are named per core ("c1 VectorE") when there is more than one.
 
 `schedule(..., band=...)` runs the rules with the constants of one estimate (`costs.BEST` or
 `costs.LIKELY`).
@@ -44,6 +54,7 @@ from . import costs
 from .tensor import row_major
 
 ENGINE_LANES = {"tensor": "TensorE", "vector": "VectorE", "scalar": "ScalarE", "gpsimd": "GpSimd"}
+TRIGGER_QUEUES = {"sync": "DMA SyncE", "scalar": "DMA ScalarE", "gpsimd": "DMA GpSimd"}  # a DMA's queue per trigger engine
 
 
 @dataclass
@@ -72,13 +83,36 @@ def core_count(instructions):
     return max((i.core for i in instructions), default=0) + 1
 
 
+def dma_trigger(ins):
+    """The engine a kernel chose to trigger a DMA ("sync", "scalar", "gpsimd"), or None when the
+    compiler picks it: `engine=` of a `dge_mode=hwdge` DMA, GpSimd for `dge_mode=swdge` (it writes
+    the descriptors; doc: nki/deep-dives/nki-dge.rst)."""
+    mode = ins.args.get("dge_mode", "unknown")
+    if mode == "swdge":
+        return "gpsimd"
+    trigger = ins.args.get("trigger", "unknown")
+    return trigger if mode == "hwdge" and trigger in ("sync", "scalar") else None
+
+
+def dma_queue(ins, k):
+    """The queue of a DMA (rule 1); `k` counts the DMAs before it on its core whose trigger the
+    compiler picks."""
+    trigger = dma_trigger(ins)
+    return f"DMA q{k % costs.DMA_QUEUES}" if trigger is None else TRIGGER_QUEUES[trigger]
+
+
 def lanes(instructions):
-    """The queue (timeline lane) of every instruction: its engine, or a DMA queue round-robin per core."""
+    """The queue (timeline lane) of every instruction: its engine, or its DMA queue (`dma_queue`)."""
     cores = core_count(instructions)
-    dma = defaultdict(itertools.count)
-    return [lane_name(i.core, ENGINE_LANES[i.engine] if i.engine != "dma"
-                      else f"DMA q{next(dma[i.core]) % costs.DMA_QUEUES}", cores)
-            for i in instructions]
+    compiler_placed = defaultdict(itertools.count)
+    result = []
+    for i in instructions:
+        if i.engine != "dma":
+            lane = ENGINE_LANES[i.engine]
+        else:
+            lane = dma_queue(i, next(compiler_placed[i.core]) if dma_trigger(i) is None else 0)
+        result.append(lane_name(i.core, lane, cores))
+    return result
 
 
 # -- dependencies --------------------------------------------------------------------------------
@@ -226,23 +260,70 @@ class _Footprints:
             (self.writes if is_write else self.reads).setdefault(key, []).append(entry)
 
 
-def dependencies(instructions, shapes=None):
+class _Reuse:
+    """Memory an on-chip allocation takes over from earlier ones (rule 2).
+
+    Per core and buffer, the allocations placed so far with their address ranges; per allocation,
+    its last access on each lane. When allocation B is first touched, its predecessors are the last
+    accesses, lane by lane, of every earlier allocation whose range meets B's; an allocation whose
+    range lies inside B's is dropped from the list, since whoever meets it meets B, and B's
+    accesses come after its. Each lane's first access to B waits for the predecessors; the lane's
+    later ones follow it in order.
+    """
+
+    def __init__(self, regions):
+        self.regions = regions                   # allocation id -> (buffer, ((first byte, end byte), ...))
+        self.placed = {}                         # (core, buffer) -> [allocation id]
+        self.last = {}                           # allocation id -> {lane: last instruction touching it}
+        self.before = {}                         # allocation id -> (predecessors, lanes that waited)
+
+    def waits(self, index, core, lane, alloc):
+        """The instructions this access to `alloc` (by instruction `index` on `lane`) waits for."""
+        if alloc not in self.regions:
+            return ()
+        if alloc not in self.before:
+            buffer, pieces = self.regions[alloc]
+            placed = self.placed.setdefault((core, buffer), [])
+            before = set()
+            for old in placed:
+                if any(f < e2 and f2 < e for f, e in self.regions[old][1] for f2, e2 in pieces):
+                    before.update(self.last[old].values())
+            placed[:] = [old for old in placed
+                         if not all(any(f2 <= f and e <= e2 for f2, e2 in pieces) for f, e in self.regions[old][1])]
+            placed.append(alloc)
+            self.before[alloc] = (before, set())
+            self.last[alloc] = {}
+        self.last[alloc][lane] = index
+        before, waited = self.before[alloc]
+        if lane in waited:
+            return ()
+        waited.add(lane)
+        return before
+
+
+def dependencies(instructions, shapes=None, regions=None):
     """For each instruction, the sorted indices of the earlier instructions it must wait for.
 
-    Waits implied by others may be left out (A waits for B, B for C: A need not list C).
+    Waits implied by others may be left out (A waits for B, B for C: A need not list C), and so
+    may waits implied by the order of a lane (rule 1).
     shapes: allocation id -> shape (`Capture.allocations` holds them); it only makes the search
     faster, the answer is the same without it.
+    regions: allocation id -> (buffer, ((first byte, end byte), ...)) of on-chip allocations
+    (`Capture.allocations` holds them): memory reuse across allocations (rule 2). Without it,
+    allocations never share memory.
     """
     shapes = shapes or {}
     footprints = {}
+    reuse = _Reuse(regions or {})
     result = []
-    for ins in instructions:
+    for ins, lane in zip(instructions, lanes(instructions)):
         accesses = [(a, False) for a in ins.reads] + [(a, True) for a in ins.writes]
         boxes = [_box(a, shapes.get(a.alloc)) for a, _ in accesses]
         deps = set(ins.depends_on)
         for (a, is_write), box in zip(accesses, boxes):
             if a.alloc in footprints:
                 deps |= footprints[a.alloc].conflicts(a, box, is_write)
+            deps.update(reuse.waits(ins.index, ins.core, lane, a.alloc))
         for (a, is_write), box in zip(accesses, boxes):
             if a.alloc not in footprints:
                 footprints[a.alloc] = _Footprints(shapes.get(a.alloc))
@@ -308,17 +389,19 @@ class _Simulation:
             if table is not None:
                 lane = self.lane_of[i]
                 if self.band == costs.LIKELY and loaded.get(lane) != table:
-                    extra.append((lane, f"ACT_TABLE_LOAD {table}", costs.ACT_TABLE_SWITCH_US))
+                    extra.append((lane, f"ACT_TABLE_LOAD {table}", costs.ACT_TABLE_SWITCH_US, []))
                 loaded[lane] = table
             if ins.engine == "dma" and ins.args.get("dge_mode") == "swdge":
-                extra.append((lane_name(ins.core, "GpSimd", cores), "SWDGE descriptors", costs.SWDGE_GPSIMD_US))
-            for lane, name, us in extra:
+                extra.append((lane_name(ins.core, "GpSimd", cores), "SWDGE descriptors", costs.SWDGE_GPSIMD_US, []))
+            if ins.engine == "dma" and dma_trigger(ins) == "scalar":   # in ScalarE's stream, after its producers
+                extra.append((lane_name(ins.core, "ScalarE", cores), "DMA trigger", 0.0, list(edges[i])))
+            for lane, name, us, waits_for in extra:
                 node = len(edges)
-                edges.append([])
+                edges.append(waits_for)
                 self.lane_of.append(lane)
                 self.work[node] = (name, i, us)
                 if ins.engine == "dma":
-                    edges[i].append(node)                # the DMA waits for its descriptors
+                    edges[i].append(node)                # the DMA waits for its descriptors / trigger
                 order.append(node)
             order.append(i)
         return order
@@ -403,12 +486,13 @@ class _Simulation:
         return costs.SEMAPHORE_US if self.lane_of[producer] != self.lane_of[consumer] else 0.0
 
 
-def schedule(instructions, shapes=None, band=costs.LIKELY, deps=None):
+def schedule(instructions, shapes=None, band=costs.LIKELY, deps=None, regions=None):
     """Start and end time (microseconds) of every instruction under one estimate (`costs.BEST` or
     `costs.LIKELY`): a list of `Slot`s, the instructions' in program order, then the unseen work's.
 
-    deps: `dependencies(instructions, shapes)`, if already computed (it is the same for both estimates).
+    deps: `dependencies(instructions, shapes, regions)`, if already computed (it is the same for both
+    estimates).
     """
     if deps is None:
-        deps = dependencies(instructions, shapes)
+        deps = dependencies(instructions, shapes, regions)
     return _Simulation(instructions, deps, lanes(instructions), band).run()

@@ -218,6 +218,133 @@ def test_many_transfers_in_flight_share_the_bandwidth(profiles):
     assert loads[0]["dur_us"] >= costs.DMA_QUEUES * alone - 1e-9  # four at a time, each a quarter
 
 
+@nki.jit
+def queue_choice(x):
+    """Loads with each documented trigger choice, then two the compiler places."""
+    tiles = []
+    for _ in range(5):
+        tiles.append(nl.ndarray((128, x.shape[1]), x.dtype, buffer=nl.sbuf))
+    nisa.dma_copy(tiles[0], x[0:128], dge_mode=nisa.dge_mode.hwdge, engine=nisa.engine.sync, name="sync")
+    nisa.dma_copy(tiles[1], x[128:256], dge_mode=nisa.dge_mode.hwdge, engine=nisa.engine.scalar, name="scalar")
+    nisa.dma_copy(tiles[2], x[256:384], dge_mode=nisa.dge_mode.swdge, name="swdge")
+    nisa.dma_copy(tiles[3], x[384:512], name="compiler0")
+    nisa.dma_copy(tiles[4], x[512:640], dge_mode=nisa.dge_mode.hwdge, name="compiler1")
+    out = nl.ndarray((128, x.shape[1]), x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(out, tiles[0])
+    return out
+
+
+def test_a_dma_goes_to_the_queue_of_its_trigger():
+    p = profile_capture(nkicpu.capture(queue_choice)(_rand((640, 256))))
+    lanes = {e["name"]: e["lane"] for e in p.events}
+    assert [lanes[n] for n in ("sync", "scalar", "swdge", "compiler0", "compiler1")] == \
+        ["DMA SyncE", "DMA ScalarE", "DMA GpSimd", "DMA q0", "DMA q1"]
+    trigger = [e for e in p.events if e["name"] == "DMA trigger"]          # in ScalarE's stream, no time
+    assert [(e["lane"], e["dur_us"]) for e in trigger] == [("ScalarE", 0.0)]
+
+
+def _stream(n):
+    """A long VectorE op, a store of its result, then `n` short weight loads."""
+    big = lambda a: _access("sbuf", "float32", ((16384, 128), (1, 16384)), 4, alloc=a)    # noqa: E731
+    tile = lambda a: _access("sbuf", "float32", ((512, 128), (1, 512)), 4, alloc=a)       # noqa: E731
+    hbm = lambda a: _access("shared_hbm", "float32", ((512, 128), (1, 512)), 4, alloc=a)  # noqa: E731
+    ins = [Instruction(0, "vector", "tensor_copy", [big(1)], [big(2)]),
+           Instruction(1, "dma", "dma_copy", [tile(2)], [hbm(3)])]
+    ins += [Instruction(2 + j, "dma", "dma_copy", [hbm(10 + j)], [tile(30 + j)]) for j in range(n)]
+    return ins
+
+
+def test_a_dma_waiting_for_data_holds_up_only_its_own_queue():
+    """The store waits for VectorE; the 4th load behind it on "DMA q0" waits too, unless the kernel
+    gives the loads a queue of their own (hwdge, engine=sync)."""
+    spread = profile_instructions(_stream(4))
+    store_end = _end(spread.events[1])
+    assert spread.events[5]["lane"] == spread.events[1]["lane"] == "DMA q0"
+    assert spread.events[5]["start_us"] >= store_end - 1e-9
+    own = _stream(4)
+    for ins in own[2:]:
+        ins.args.update(dge_mode="hwdge", trigger="sync")
+    chosen = profile_instructions(own)
+    assert {e["lane"] for e in chosen.events[2:6]} == {"DMA SyncE"}
+    assert _end(chosen.events[5]) < store_end                              # all loaded before the store
+    assert chosen.total_us < spread.total_us
+
+
+def test_a_scalar_triggered_dma_takes_its_place_in_scalars_stream():
+    """ScalarE: a long activation, the trigger of a store of VectorE's result, a short activation.
+    The trigger waits for the activation before it; the activation after it waits for the trigger,
+    which waits for VectorE."""
+    k = 8192
+    tile = lambda a, n=k: _access("sbuf", "float32", ((n, 128), (1, n)), 4, alloc=a)    # noqa: E731
+    hbm = _access("shared_hbm", "float32", ((k, 128), (1, k)), 4, alloc=9)
+    ins = [Instruction(0, "scalar", "activation", [tile(1)], [tile(2)], args={"op": "copy"}),
+           Instruction(1, "vector", "tensor_copy", [tile(3)], [tile(4)]),
+           Instruction(2, "dma", "dma_copy", [tile(4)], [hbm], args={"dge_mode": "hwdge", "trigger": "scalar"}),
+           Instruction(3, "scalar", "activation", [tile(5, 64)], [tile(6, 64)], args={"op": "copy"})]
+    for band in BANDS:
+        slots = schedule(ins, band=band)
+        trigger = next(s for s in slots if s.work == "DMA trigger")
+        assert trigger.lane == "ScalarE" and trigger.index == 2
+        assert trigger.start_us >= max(slots[0].end_us, slots[1].end_us) - 1e-9
+        assert slots[3].start_us >= trigger.end_us - 1e-9
+        assert slots[2].trigger_us >= trigger.end_us - 1e-9
+
+
+@nki.jit
+def tile_loop(x, n):
+    """n tiles of x, each loaded into a new SBUF tile, summed on VectorE, then dropped."""
+    acc = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf)
+    for i in range(n):
+        t = nl.ndarray((128, x.shape[1]), x.dtype, buffer=nl.sbuf, name=f"tile{i}")
+        nisa.dma_copy(t, x[i * 128:(i + 1) * 128], name=f"load{i}")
+        nisa.tensor_reduce(acc, nl.add, t, axis=1, name=f"sum{i}")
+    out = nl.ndarray((128, 1), nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(out, acc)
+    return out
+
+
+def test_a_tile_reusing_freed_memory_waits_for_its_last_reader():
+    """64 KiB tiles: three fit in the 224 KiB of SBUF, so the 4th load takes the first tile's memory
+    and must wait until its reduce has read it; the allocation order is the same either way."""
+    x = _rand((128 * 6, 16384))
+    c = nkicpu.capture(tile_loop)(x, 6)
+    regions = [c.allocations[i.writes[0].alloc].region for i in c.instructions if i.opcode == "dma_copy"][:6]
+    assert regions[3] == regions[0] and len({r for r in regions[:3]}) == 3   # next fit, then wrap around
+    p = profile_capture(c)
+    e = _by_name(p)
+    assert e["load3"]["args"]["trigger_us"] >= _end(e["sum0"]) - 1e-9
+    assert e["sum0"]["args"]["index"] in e["load3"]["args"]["deps"]
+    # Without the addresses, nothing bounds the prefetch: every load starts at once.
+    free = profile_instructions(c.instructions, outputs=c.outputs)
+    assert _by_name(free)["load3"]["args"]["trigger_us"] == 0.0
+    assert free.total_us < p.total_us
+
+
+def test_on_chip_addresses_are_next_fit_and_pieced_when_fragmented():
+    from nkicpu.memory import SBUF_PARTITION_BYTES, Accounting, Allocation, MemoryRegion
+    acc, ids = Accounting(), iter(range(1, 100))
+
+    def sbuf(nbytes):
+        return Allocation(next(ids), (128, nbytes), np.dtype(np.uint8), MemoryRegion.sbuf, None, acc)
+    KiB = 1024
+    a, b = sbuf(100 * KiB), sbuf(100 * KiB)
+    assert (a.region, b.region) == (((0, 100 * KiB),), ((100 * KiB, 200 * KiB),))
+    del a
+    c = sbuf(20 * KiB)                                     # after b, not in a's freed memory
+    assert c.region == ((200 * KiB, 220 * KiB),)
+    d = sbuf(60 * KiB)                                     # no room after c: wraps around to a's memory
+    assert d.region == ((0, 60 * KiB),)
+    e = sbuf(40 * KiB)                                     # the rest of a's memory
+    assert e.region == ((60 * KiB, 100 * KiB),)
+    acc, ids = Accounting(), iter(range(1, 100))           # a fresh SBUF: four 56 KiB tiles fill it
+    tiles = [sbuf(56 * KiB) for _ in range(4)]
+    del tiles[2], tiles[0]
+    h = sbuf(100 * KiB)                                    # 112 KiB free, no 100 KiB of it contiguous
+    assert h.region == ((0, 56 * KiB), (112 * KiB, 156 * KiB))
+    with pytest.raises(nkicpu.NkiValidationError, match="sbuf-capacity"):
+        sbuf(13 * KiB)
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_modeled_total_is_never_below_the_roofline(profiles, case):
     p = profiles[case]

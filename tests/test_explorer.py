@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from nkicpu import explorer
-from nkicpu.profile import Profile
+from nkicpu.profile import Profile, lane_cores
 from nkicpu.timeline import plot_timeline, trace_events
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
@@ -44,6 +44,20 @@ def test_table_rows_reduce_to_lanes():
     assert matmul["args"]["nki_source_location"] == "kernels/in_proj.py:42"
     assert lanes["DMA qSyncIO0"][0]["name"] == "hidden"
     assert lanes["DMA qSyncIO0"][0]["args"]["transfer_bytes"] == 131072
+
+
+def test_an_lnc2_capture_reduces_to_lanes_per_core():
+    instructions, dma = _tables()
+    for rows in (instructions, dma):
+        rows[:] = [dict(r, pcore_idx=core) for core in (0, 1) for r in rows]   # both cores ran the rows
+    events = explorer.reduce_rows(instructions, dma)
+    lanes = _by_lane(events)
+    single = _by_lane(explorer.reduce_rows(*_tables()))
+    assert set(lanes) == {f"c{core} {lane}" for core in (0, 1) for lane in single}
+    assert [e["name"] for e in lanes["c1 TensorE"]] == [e["name"] for e in single["TensorE"]]
+    p = Profile.from_events(events, LABEL, cores=lane_cores(events))
+    assert p.cores == 2 and "on 2 cores" in p.summary()
+    assert lane_cores(explorer.reduce_rows(*_tables())) == 1
 
 
 def test_json_export_reduces_to_lanes():

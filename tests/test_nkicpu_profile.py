@@ -9,8 +9,9 @@ import pytest
 
 import nkicpu
 from nkicpu import costs
-from nkicpu.profile import (core_parts, covered_us, dma_parts, event_end, no_dma_spans, profile_capture,
-                            scratch_chain, shared_reads, shared_writes)
+from nkicpu.profile import (PATH_PARTS, core_parts, covered_us, critical_path, critical_path_parts, dma_parts,
+                            event_end, is_dma_lane, no_dma_spans, profile_capture, scratch_chain, shared_reads,
+                            shared_writes)
 from nkicpu_testing import F32, allocation_id, load, nisa, nki, nl, rand, store
 
 
@@ -115,3 +116,21 @@ def test_what_the_programs_of_a_grid_both_read_and_write():
     assert shared_reads(single) == {0: 0}
     with pytest.raises(ValueError, match=r"expected one tensor named 'nothing', got 0"):
         shared_writes(c, "nothing")
+
+
+def test_the_critical_path_of_an_lnc2_launch_names_each_cores_lanes():
+    """gdn_block_tkg[2] (composition step 6): lanes are "c0 DMA q0", "c1 TensorE" ...; the path's
+    parts add up to the likely total, and its DMA steps are the DMA lanes' events."""
+    from kernels.configs import model_shard
+    from kernels.reference import pipeline_inputs
+    from kernels.registry import BY_NAME
+    shape = model_shard("Qwen3.5-0.8B", 8).with_batch(1)
+    step = BY_NAME["6_lnc2"]
+    p = profile_capture(nkicpu.capture(step.load_kernel())(*step.arguments(shape, pipeline_inputs(shape))))
+    assert p.cores == 2
+    parts = critical_path_parts(p)
+    assert sum(us for _, us in parts.values()) == pytest.approx(p.total_us)
+    assert parts["moving"][0] > 0 and parts["tensor"][0] > 0
+    for e, label, _ in critical_path(p):
+        assert e["lane"].startswith(("c0 ", "c1 "))
+        assert is_dma_lane(e["lane"]) == (label in (PATH_PARTS["moving"], PATH_PARTS["latency"]))
