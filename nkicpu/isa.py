@@ -331,6 +331,10 @@ def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode
         raise rule_error("dma-engine", where, "engine= selects the trigger engine of a hwdge DMA only")
     if engine.name not in ("unknown", "sync", "scalar"):
         raise rule_error("dma-engine", where, f"a hwdge DMA is triggered by engine.sync or engine.scalar, got engine.{engine.name}")
+    indexed = [t for t in (dst, src) if t.is_indirect()]
+    if indexed and dge_mode.name == "hwdge":
+        raise rule_error("indirect-dge", where, "the hardware DGE of trn2 does not do indirect DMA; use "
+                                                "dge_mode=swdge (GpSimd generates the descriptors) or unknown")
     if dst.size != src.size:
         raise rule_error("dma-size", where, f"dst has {dst.size} elements ({list(dst.shape)}), src {src.size} ({list(src.shape)})")
     # neuronx-cc rejects a DMA between SBUF and a view whose dim 0 differs from the SBUF side's
@@ -348,7 +352,9 @@ def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode
         _write(dst, values, cast=False)
     else:
         _write(dst, np.asarray(values, dtype=F32))
-    return _record("dma_copy", "dma", [src], [dst], dge_mode=dge_mode.name, trigger=engine.name,
+    # An indirect access reads its index tile when the DMA runs: the DMA waits for it.
+    index_tiles = [t._indirect.index for t in indexed]
+    return _record("dma_copy", "dma", [src] + index_tiles, [dst], dge_mode=dge_mode.name, trigger=engine.name,
                    priority=priority, name=name)
 
 

@@ -344,6 +344,14 @@ def scalar_offset_kernel(A, row):
     return store(out)
 
 
+def test_a_gather_reads_its_index_tile():
+    """The cost model must order the gather after the DMA that loads its indices."""
+    indices = np.zeros((16, 1), U32)
+    ins = nkicpu.capture(gather_kernel)(rand((50, 12)), indices).instructions
+    load, gather = ins[0], ins[1]
+    assert any(r.alloc is load.writes[0].alloc for r in gather.reads)
+
+
 def test_scalar_offset_counts_rows_of_the_base_tensor():
     A = rand((3, 20, 10))
     # offset + row * prod(A.shape[2:]) + pattern: rows row..row+7 of A's flattened [60, 10], columns 2..7
@@ -408,6 +416,9 @@ CASES = [
      lambda: _gather(sb(4, 1))),
     ("indirect-index", r"vector_offset must be \[4, 1\]",
      lambda: _gather(sb(2, 1, dtype=nl.int32))),
+    ("indirect-dge", r"the hardware DGE of trn2 does not do indirect DMA",
+     lambda: nisa.dma_copy(dst=sb(4, 4), src=hbm(8, 4).ap([[4, 4], [1, 4]], vector_offset=sb(4, 1, dtype=nl.int32)),
+                           dge_mode=nisa.dge_mode.hwdge)),
 ]
 
 
