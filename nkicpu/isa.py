@@ -635,6 +635,10 @@ def nc_transpose(dst, data, engine=engine.unknown, name=None):
         if lo // PSUM_BANK_BYTES != hi // PSUM_BANK_BYTES:
             raise rule_error("psum-bank", where, f"dst spans bytes {lo}..{hi} of a partition; a TensorE output must "
                                                  f"stay within one 2 KiB PSUM bank")
+        if _start_partition(dst) != 0:     # a matmul against an identity (trainium_inferentia2_arch.rst)
+            raise rule_error("matmul-placement", where, f"dst starts at PSUM partition {_start_partition(dst)}; PE "
+                                                        f"column c writes PSUM partition c, so a TensorE transpose "
+                                                        f"writes from partition 0")
         _psum_whole_words(dst, where)
     elif eng == "vector":
         if P > 32 or F > 32:

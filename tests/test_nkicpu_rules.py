@@ -296,6 +296,8 @@ CASES = [
      lambda: mm(tile_position=(0, 32), tile_size=(128, 32))),
     ("matmul-placement", r"dst starts at PSUM partition 32; .*first column 0 \(no tiling",
      lambda: mm(dst=ps(64, 16)[32:40])),
+    ("matmul-placement", r"dst starts at PSUM partition 32; .*a TensorE transpose writes from partition 0",
+     lambda: nisa.nc_transpose(dst=ps(64, 4)[32:40], data=sb(4, 8), engine=nisa.engine.tensor)),
     ("input-start-partition", r"inputs start on different partitions \{'data1': 64, 'data2': 0\}",
      lambda: nisa.tensor_tensor(dst=sb(64, 4), data1=sb(128, 4)[64:128], data2=sb(64, 4), op=nl.multiply)),
     ("input-start-partition", r"\{'data1': 0, 'data2': 32\}",                   # a PSUM input too
@@ -305,6 +307,11 @@ CASES = [
     ("input-start-partition", r"\{'data': 0, 'operand1': 96\}",
      lambda: nisa.scalar_tensor_tensor(dst=sb(32, 4), data=sb(32, 4), op0=nl.multiply, operand0=2.0,
                                        op1=nl.add, operand1=sb(128, 4)[96:128])),
+    ("input-start-partition", r"\{'data0': 0, 'data1': 0, 'initial': 32\}",
+     lambda: nisa.tensor_tensor_scan(dst=sb(32, 4), data0=sb(32, 4), data1=sb(32, 4), initial=sb(64, 1)[32:64],
+                                     op0=nl.multiply, op1=nl.add)),
+    ("input-start-partition", r"\{'src': 32, 'predicate': 0\}",
+     lambda: nisa.tensor_copy_predicated(dst=sb(32, 4), src=sb(64, 4)[32:64], predicate=sb(32, 4, dtype=nl.uint8))),
 ]
 
 # Inputs outside a ScalarE function's valid range: a warning, and the exact function (rsqrt(0) is inf).
