@@ -27,9 +27,9 @@ from .in_proj import load_hidden_T, project_columns
 from .layout import store_rows
 from .rmsnorm_gated import load_norm_weight, rmsnorm_gated_tile
 
-# SBUF per partition the fused kernel's activations may take: the rest of the 224 KiB holds the
-# delta rule's state ring (64 KiB) and the stages' temporaries (checked with nkicpu's capacity
-# accounting up to Qwen3-Next-80B TP1 at B = 256).
+# SBUF per partition the fused kernel's activations may take: the rest of the usable SBUF (224 KiB
+# less 16 KiB the runtime reserves) holds the delta rule's state ring (64 KiB) and the stages'
+# temporaries (checked with nkicpu's capacity accounting up to Qwen3-Next-80B TP1 at B = 256).
 ACTIVATION_SBUF_BYTES = 120 * 1024
 
 

@@ -4,13 +4,14 @@ does (fp32 math, rounding to `dst.dtype`), writes into `dst` and records itself 
 Signatures, argument order and defaults follow the Neuron SDK 2.32 API stubs
 (nki/api/nki/isa/__init__.py). An argument value that is not modeled raises NotImplementedError.
 """
+import warnings
 from contextlib import contextmanager
 from enum import Enum
 from types import ModuleType
 
 import numpy as np
 
-from .errors import NkiValidationError, not_modeled, rule_error
+from .errors import ActivationRangeWarning, NkiValidationError, not_modeled, rule_error
 from .language import tile_size as TILE  # nl.tile_size, not shadowed by nc_matmul(tile_size=)
 from .memory import DTYPES, PMAX, PSUM_BANK_BYTES, dtype_name, is_float, is_hbm, is_psum, is_sbuf
 from .ops import Op
@@ -150,6 +151,11 @@ def _start_partitions(n):
     return (0,) if n > 64 else (0, 64) if n > 32 else (0, 32, 64, 96)
 
 
+def _start_partition(t):
+    """The partition an on-chip view starts at."""
+    return t.offset // t._alloc.row_elems
+
+
 def _free_pattern(t):
     """The free [stride, size] pairs an engine gets for view t: size-1 dims dropped, and a dim merged
     with the next inner one where the two are contiguous with each other (and the size stays uint16)."""
@@ -165,7 +171,7 @@ def _free_pattern(t):
 
 
 def _engine_access_pattern(t, where, arg):
-    start = t.offset // t._alloc.row_elems
+    start = _start_partition(t)
     if start not in _start_partitions(t.partitions):
         raise rule_error("ap-start-partition", where,
                          f"{arg} spans {t.partitions} partitions from partition {start}; an operand of "
@@ -187,13 +193,11 @@ def _engine_access_pattern(t, where, arg):
 def _dst(t, where):
     if any(s == 0 and n > 1 for s, n in zip(t.strides, t.shape)):
         raise rule_error("dst-broadcast", where, f"dst {t!r} has a stride-0 (broadcast) dim; it must address distinct elements")
-    if is_psum(t.buffer) and t.dtype.itemsize < 4:
-        _psum_whole_words(t, where)
     return t
 
 
 def _psum_whole_words(t, where):
-    """A sub-word (bf16, fp8, ...) write to PSUM must start on a 4-byte word of each partition.
+    """A sub-word (bf16, fp8, ...) TensorE write to PSUM must start on a 4-byte word of each partition.
 
     PSUM is organised in 4-byte elements (trainium_inferentia2_arch.rst "Near-memory accumulation
     in PSUM": read-accumulate-write "to every 4B element"). The neuronx-cc backend verifier rejects a
@@ -203,7 +207,11 @@ def _psum_whole_words(t, where):
     of 4: the NKI library pads only the offset (LIB core/subkernels/norm_tkg_utils.py,
     _PSUM_ALIGNMENT_BYTES) and writes 2 bytes per partition at one token in kernels whose tests
     carry hardware cycle counts (LIB test_mlp_tkg.py). A strided write is held to the rule run by run.
+    The evidence is TensorE writes only: VectorE and ScalarE read and write PSUM like a regular SRAM
+    (trainium_inferentia2_arch.rst, 'Near-memory accumulation in PSUM'), so their writes are not held to it.
     """
+    if t.dtype.itemsize >= 4:
+        return
     item = t.dtype.itemsize
     elems = np.unique(t.flat_indices()[0].ravel() % t._alloc.row_elems)    # one partition's elements
     starts = elems[np.concatenate(([True], np.diff(elems) != 1))]             # first element of each run
@@ -214,6 +222,23 @@ def _psum_whole_words(t, where):
                          f"of a partition: PSUM is written in 4-byte words, so a write of elements narrower than "
                          f"4 bytes must start on a word (byte offset a multiple of 4); stage it through fp32 PSUM "
                          f"or pad the offset")
+
+
+def _same_start_partition(where, **inputs):
+    """The on-chip inputs an ALU instruction combines element by element start on one partition.
+
+    Each engine lane reads one partition of every input at once; the engine can move data across
+    partitions only between an input and the output (trainium_inferentia2_arch.rst, 'Cross-Partition
+    Connectivity'). The NKI library copies an operand to partition 0 "for tensor_tensor base partition
+    alignment" (LIB core/embeddings/rope.py, RoPE_sbuf) and writes the result to partitions 64.. from
+    inputs on partitions 0.. . Scalar operands (Python numbers) have no partition.
+    """
+    starts = {arg: _start_partition(t) for arg, t in inputs.items() if isinstance(t, NkiTensor)}
+    if len(set(starts.values())) > 1:
+        raise rule_error("input-start-partition", where,
+                         f"inputs start on different partitions {starts}; the inputs of one instruction must "
+                         f"start on the same partition (copy one to the other's partitions first); dst may "
+                         f"start elsewhere")
 
 
 def _same_layout(a, b, where, an, bn):
@@ -440,6 +465,33 @@ def _check_tiling(tile_position, tile_size, K, M, where):
         raise rule_error("matmul-tiling", where, f"the stationary tile [{K}, {M}] must fit tile_size {tile_size}")
 
 
+def _check_placement(dst, stationary, moving, tile_position, tile_size, where):
+    """Where a matmul's operands and result sit must match the PE array tile it runs on.
+
+    SBUF partition p feeds PE row p (trainium2_arch.rst: "each partition feeding data into each row
+    of processing elements"), so stationary and moving start on one partition, inside the tile's
+    rows; PE column c writes PSUM partition c (the free axis of the stationary becomes the partition
+    axis of the output, trainium_inferentia2_arch.rst), so dst starts at the tile's first column, 0
+    without tiling. The NKI library places them so (LIB core/qkv/qkv_tkg.py, core/router_topk/
+    router_topk.py and core/mlp/mlp_tkg: column tile c0 writes dst rows c0 .. c0 + T).
+    """
+    (r0, c0), rows = (tile_position, tile_size[0]) if tile_size else ((0, 0), PMAX)
+    s0, m0, d0 = _start_partition(stationary), _start_partition(moving), _start_partition(dst)
+    if s0 != m0:
+        raise rule_error("matmul-placement", where, f"stationary starts at partition {s0} and moving at {m0}; "
+                                                    f"partition p feeds PE row p, so both start on one partition")
+    if not (r0 <= s0 and s0 + stationary.partitions <= r0 + rows):
+        raise rule_error("matmul-placement", where,
+                         f"stationary and moving sit on partitions {s0}..{s0 + stationary.partitions - 1}, outside "
+                         f"the PE rows {r0}..{r0 + rows - 1} of tile_position {tuple(tile_position)}, tile_size "
+                         f"{tuple(tile_size)}: partition p feeds PE row p")
+    if d0 != c0:
+        raise rule_error("matmul-placement", where,
+                         f"dst starts at PSUM partition {d0}; PE column c writes PSUM partition c, so dst must "
+                         f"start at the tile's first column {c0}"
+                         + ("" if tile_size else " (no tiling: the whole array)"))
+
+
 def _psum_bank_span(t):
     """First and last byte (per partition) a PSUM view touches, from the start of its allocation's first bank."""
     a = t._alloc
@@ -543,10 +595,15 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
         raise rule_error("psum-bank", where, f"dst spans bytes {lo}..{hi} of a partition; a matmul output must "
                                              f"stay within one 2 KiB PSUM bank")
     _check_tiling(tuple(tile_position), tuple(tile_size), K, M, where)
+    _check_placement(dst, stationary, moving, tuple(tile_position), tuple(tile_size), where)
     _dst(dst, where)
     passes = _matmul_passes(stationary, moving, is_stationary_onezero, is_moving_onezero)
     idx = dst.flat_indices().reshape(M, N)
     written = dst._alloc.matmul_written[idx]
+    # accumulate=None: per element, a first matmul write overwrites and a later one adds (as the SDK
+    # simulator does since NKI 0.6.0 for overlapping regions, "the convolution pattern").
+    # accumulate=True onto PSUM no matmul wrote (uninitialised, or set by memset / a copy) is
+    # undefined on trn2 (isa stub, nc_matmul, "Accumulation mode").
     if accumulate is None:
         acc = written
     elif accumulate:
@@ -584,6 +641,11 @@ def nc_transpose(dst, data, engine=engine.unknown, name=None):
         if lo // PSUM_BANK_BYTES != hi // PSUM_BANK_BYTES:
             raise rule_error("psum-bank", where, f"dst spans bytes {lo}..{hi} of a partition; a TensorE output must "
                                                  f"stay within one 2 KiB PSUM bank")
+        if _start_partition(dst) != 0:     # a matmul against an identity (trainium_inferentia2_arch.rst)
+            raise rule_error("matmul-placement", where, f"dst starts at PSUM partition {_start_partition(dst)}; PE "
+                                                        f"column c writes PSUM partition c, so a TensorE transpose "
+                                                        f"writes from partition 0")
+        _psum_whole_words(dst, where)
     elif eng == "vector":
         if P > 32 or F > 32:
             raise rule_error("transpose-size", where, f"VectorE transposes at most [32, 32], got [{P}, {F}]")
@@ -602,6 +664,9 @@ def nc_transpose(dst, data, engine=engine.unknown, name=None):
 
 # Valid input ranges of the ScalarE functions that have one (SDK nki/api/nki.api.shared.rst, table
 # of activation functions): outside them the piece-wise polynomials give "invalid output results".
+# The engine computes them all the same ("sin(9.0) returns ~27.65", the same page, and the SDK
+# simulator reproduces it), so an input outside is an ActivationRangeWarning, not a refusal. The
+# library's attention_tkg rope feeds sin a range-reduced angle up to 1.4e-4 past pi (fp32 rounding).
 # Bounds compared as fp32 numbers, so that e.g. fp32(pi) counts as pi; reciprocal bounds |x|.
 ACTIVATION_RANGES = {  # op: (low, high, the table's wording)
     "rsqrt": (2.0 ** -87, 2.0 ** 97, "[2^-87, 2^97]"),
@@ -616,9 +681,10 @@ ACTIVATION_RANGES = {  # op: (low, high, the table's wording)
 def _check_activation_range(op, x, data, where):
     """nkicpu runs on data, so it checks the function's actual inputs x = data * scale + bias.
 
-    Non-finite inputs (NaN from uninitialised memory, a caller's inf) are not range errors: on the
+    Non-finite inputs (NaN from uninitialised memory, a caller's inf) are not out of range: on the
     hardware they give a non-finite or garbage value for that element only, which `activation`
-    models as NaN for that element.
+    models as NaN for that element. nkicpu computes the exact function outside the range (the
+    polynomials are not published).
     """
     if op.name not in ACTIVATION_RANGES:
         return
@@ -629,10 +695,10 @@ def _check_activation_range(op, x, data, where):
     if bad.size:
         i = bad[0]
         idx = [int(j) for j in np.unravel_index(i, data.shape)]
-        raise rule_error("activation-range", where,
-                         f"op={op!r} input data * scale + bias = {float(x.ravel()[i])!r} at data index {idx} "
-                         f"({bad.size} input(s) out of range) is outside its valid range {span}; ScalarE gives "
-                         f"invalid results there")
+        warnings.warn(ActivationRangeWarning(
+            f"{where}: op={op!r} input data * scale + bias = {float(x.ravel()[i])!r} at data index {idx} "
+            f"({bad.size} input(s) out of range) is outside its valid range {span}; ScalarE extrapolates its "
+            f"polynomial there, and nkicpu computes the exact function"), stacklevel=3)
 
 
 def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None, reduce_cmd=reduce_cmd.idle, name=None):
@@ -660,7 +726,7 @@ def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=N
         raise rule_error("activation-reduce-op", where, f"reduce_op must be nl.add, got {reduce_op!r}")
     regs = current_run(where).scalar_reduce_regs
     P = data.partitions
-    p0 = data.offset // data._alloc.row_elems       # ScalarE lane = partition: one accumulator per lane
+    p0 = _start_partition(data)                     # ScalarE lane = partition: one accumulator per lane
     lanes = slice(p0, p0 + P)
     if reduce_cmd in (_CMD.reset, _CMD.reset_reduce):
         regs[lanes] = 0
@@ -704,6 +770,7 @@ def tensor_tensor(dst, data1, data2, op, engine=engine.unknown, name=None):
     _same_layout(dst, data1, where, "dst", "data1")
     if is_psum(data1.buffer) and is_psum(data2.buffer):
         raise rule_error("psum-operands", where, "data1 and data2 cannot both be in PSUM")
+    _same_start_partition(where, data1=data1, data2=data2)
     eng = _engine_name(engine, where)
     any_psum = any(is_psum(t.buffer) for t in (dst, data1, data2))
     if eng == "unknown":
@@ -771,6 +838,7 @@ def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=N
     _no_gpsimd_psum(eng, [dst, data], where)
     ops = [(op0, operand0, reverse0)] + ([(op1, operand1, reverse1)] if op1 is not None else [])
     operands = [None if op.unary else _scalar_operand(v, data, where, f"operand{i}") for i, (op, v, _) in enumerate(ops)]
+    _same_start_partition(where, data=data, operand0=operand0, operand1=operand1)
     _dst(dst, where)
     if op0.bitvec:
         raise not_modeled("bitvec tensor_scalar")
@@ -798,6 +866,7 @@ def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False
         raise rule_error("psum-operands", where, "data and operand1 cannot both be in PSUM")
     # scalar_tensor_tensor's docs allow an operand0 tile of any dtype (tensor_scalar's must be fp32).
     val = None if op0.unary else _scalar_operand(operand0, data, where, "operand0", fp32=False)
+    _same_start_partition(where, data=data, operand0=operand0, operand1=operand1)
     _dst(dst, where)
     x = np.asarray(_apply(op0, _pf(data), val, reverse0), dtype=F32)
     y = np.asarray(_apply(op1, x, _pf(operand1), reverse1), dtype=F32)

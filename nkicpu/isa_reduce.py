@@ -9,8 +9,8 @@ accumulation instructions"); `reduce_cmd` resets, continues or loads them, and `
 import numpy as np
 
 from .errors import not_modeled, rule_error
-from .isa import (_CMD, F32, _bitvec_dtypes, _dst, _enum, _on_chip, _op, _pf, _record, _same_layout, _scalar_operand,
-                  _write, reduce_cmd)
+from .isa import (_CMD, F32, _bitvec_dtypes, _dst, _enum, _on_chip, _op, _pf, _record, _same_layout,
+                  _same_start_partition, _scalar_operand, _write, reduce_cmd)
 from .memory import DTYPES, is_float, is_sbuf
 from .ops import OPS, Op
 from .run import current_run
@@ -71,6 +71,7 @@ def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res=None, r
         raise ValueError(f"{where}: operand0 must be None or 0 for the unary op0={op0!r}, got {operand0!r}")
     val = None if op0.unary else _scalar_operand(operand0, data, where, "operand0")
     init = None if reduce_init is None else _scalar_operand(reduce_init, data, where, "reduce_init")
+    _same_start_partition(where, data=data, operand0=operand0, reduce_init=reduce_init)
     _dst(dst, where)
     x = _pf(data)
     y = np.asarray(op0.fn(x) if op0.unary else op0.fn(x, val), dtype=F32)
@@ -125,6 +126,7 @@ def range_select(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_c
     if max(abs(range_start), abs(last)) > RANGE_SELECT_INDEX_MAX:
         raise rule_error("range-select-index", where, f"range_start + free index spans {range_start}..{last}; it is "
                                                       f"compared in fp32 and must stay within 2^24")
+    _same_start_partition(where, on_true_tile=on_true_tile, bound0=bound0, bound1=bound1)
     cmd = _enum(reduce_cmd, "reduce_cmd", where)
     _dst(dst, where)
     index = (range_start + np.arange(on_true_tile.free_size, dtype=np.int64)).astype(F32)[None, :]

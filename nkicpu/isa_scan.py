@@ -7,7 +7,7 @@ r[i] = op1(op0(data0[i], r[i-1]), data1[i]), in fp32, each r rounded once to dst
 import numpy as np
 
 from .errors import rule_error
-from .isa import F32, _dst, _on_chip, _op, _pf, _record, _same_layout, _scalar_operand, _write
+from .isa import F32, _dst, _on_chip, _op, _pf, _record, _same_layout, _same_start_partition, _scalar_operand, _write
 from .memory import is_psum
 from .tensor import NkiTensor
 
@@ -31,6 +31,7 @@ def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, rev
         raise rule_error("psum-operands", where, "data0 and data1 cannot both be in PSUM")
     # The docs take initial as an fp32 constant or a tile with one element per partition (any dtype).
     state = np.broadcast_to(_scalar_operand(initial, data0, where, "initial", fp32=False), (data0.partitions, 1))
+    _same_start_partition(where, data0=data0, data1=data1, initial=initial)
     _dst(dst, where)
     a, b = _pf(data0), _pf(data1)
     out = np.empty_like(a)

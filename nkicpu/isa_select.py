@@ -6,7 +6,7 @@ Signatures, defaults, placement and dtype rules from the SDK isa stub (nki/api/n
 import numpy as np
 
 from .errors import rule_error
-from .isa import F32, _cast, _dst, _on_chip, _pf, _record, _same_layout, _write
+from .isa import F32, _cast, _dst, _on_chip, _pf, _record, _same_layout, _same_start_partition, _write
 from .memory import is_psum, is_sbuf
 from .ops import OPS, Op
 from .tensor import NkiTensor
@@ -72,6 +72,7 @@ def tensor_copy_predicated(dst, src, predicate, reverse_pred=False, name=None):
         if src.dtype != dst.dtype:
             raise rule_error("predicated-dtype", where, f"src and dst must share a dtype, got {src.dtype.name} -> "
                                                         f"{dst.dtype.name}")
+        _same_start_partition(where, src=src, predicate=predicate)
         values = np.asarray(src.numpy()).reshape(dst.partitions, -1)
     elif isinstance(src, (int, float, np.number)) and not isinstance(src, (bool, np.bool_)):
         values = _cast(np.full((dst.partitions, dst.free_size), src, dtype=F32), dst.dtype)

@@ -8,7 +8,7 @@ work, and nki-library's router_topk interleaves them with VectorE tensor_copy ca
 import numpy as np
 
 from .errors import rule_error
-from .isa import _dst, _on_chip, _pf, _record, _write
+from .isa import _dst, _on_chip, _pf, _record, _same_start_partition, _write
 
 TOP8_MIN, TOP8_MAX = 8, 16384          # elements read per partition, inclusive
 INDEX8_DTYPES = ("uint16", "uint32")
@@ -46,6 +46,7 @@ def nc_find_index8(dst, data, vals, name=None):
     _eight(dst, data.partitions, where, "dst")
     if dst.dtype.name not in INDEX8_DTYPES:
         raise rule_error("top8-dtype", where, f"dst holds indices: uint16 or uint32, got {dst.dtype.name}")
+    _same_start_partition(where, data=data, vals=vals)
     _dst(dst, where)
     x, v = _pf(data), _pf(vals)                     # compared as fp32, like every VectorE input
     hit = x[:, None, :] == v[:, :, None]            # [P, 8, n]

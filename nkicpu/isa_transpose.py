@@ -11,7 +11,8 @@ or tiling in transpose mode.
 import numpy as np
 
 from .errors import not_modeled, rule_error
-from .isa import TILE, _dst, _enum, _psum_bank_span, _record, _write, matmul_perf_mode
+from .isa import (TILE, _check_placement, _dst, _enum, _psum_bank_span, _psum_whole_words, _record, _write,
+                  matmul_perf_mode)
 from .memory import PSUM_BANK_BYTES, is_psum, is_sbuf
 
 TRANSPOSE_DTYPES = ("bfloat16", "float16", "float32")
@@ -48,6 +49,8 @@ def _matmul_transpose(dst, stationary, moving, accumulate, tile_position, tile_s
     if lo // PSUM_BANK_BYTES != hi // PSUM_BANK_BYTES:
         raise rule_error("psum-bank", where, f"dst spans bytes {lo}..{hi} of a partition; a TensorE output must "
                                              f"stay within one 2 KiB PSUM bank")
+    _check_placement(dst, stationary, moving, (), (), where)
+    _psum_whole_words(dst, where)
     _dst(dst, where)
     _write(dst, stationary.numpy().reshape(K, M).T, cast=False)
     return _record("nc_matmul", "tensor", [stationary, moving], [dst], K=K, M=M, N=K, is_transpose=True,

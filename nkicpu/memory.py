@@ -23,6 +23,11 @@ from .errors import rule_error
 # trn2 NeuronCore-v3 numbers (SDK about-neuron/arch/neuron-hardware/neuron-core-v3.rst, nl.tile_size).
 PMAX = 128                               # partitions
 SBUF_PARTITION_BYTES = 224 * 1024        # 28 MiB / 128 partitions
+# What a kernel's allocations may use of it: the NKI library budgets 224 KiB less the runtime's
+# DynamicDMAScratchLoc (16 KiB) and EvalAccelReservedLoc (8 B) (LIB core/mlp/mlp_cte/
+# mlp_cte_constants.py MAX_AVAILABLE_SBUF_SIZE, which also takes off its own 256 B identity tile).
+SBUF_RESERVED_BYTES = 16384 + 8
+SBUF_USABLE_BYTES = SBUF_PARTITION_BYTES - SBUF_RESERVED_BYTES
 PSUM_BANK_BYTES = 2 * 1024               # one bank = 512 fp32 per partition
 PSUM_NUM_BANKS = 8                       # 16 KiB per partition
 INT_SENTINEL = 4                         # what the SDK simulator writes into new int allocations
@@ -116,7 +121,8 @@ class Allocation:
 
 
 class Accounting:
-    """Live SBUF bytes and PSUM banks per partition for one kernel run, and where each allocation lies."""
+    """Live SBUF bytes (of the usable SBUF_USABLE_BYTES) and PSUM banks per partition for one kernel
+    run, and where each allocation lies."""
 
     def __init__(self):
         self.sbuf_bytes = 0
@@ -132,10 +138,11 @@ class Accounting:
         nbytes = alloc.row_elems * alloc.dtype.itemsize
         where = f"nl.ndarray {alloc.name} {list(alloc.shape)} {alloc.dtype.name} in {alloc.buffer.name}"
         if is_sbuf(alloc.buffer):
-            if self.sbuf_bytes + nbytes > SBUF_PARTITION_BYTES:
+            if self.sbuf_bytes + nbytes > SBUF_USABLE_BYTES:
                 raise rule_error("sbuf-capacity", where,
-                                 f"needs {nbytes} B per partition but only {SBUF_PARTITION_BYTES - self.sbuf_bytes} B "
-                                 f"of {SBUF_PARTITION_BYTES} B (trn2 SBUF) are free in live allocations")
+                                 f"needs {nbytes} B per partition but only {SBUF_USABLE_BYTES - self.sbuf_bytes} B "
+                                 f"of {SBUF_USABLE_BYTES} B are free in live allocations (trn2 SBUF: "
+                                 f"{SBUF_PARTITION_BYTES} B less {SBUF_RESERVED_BYTES} B the runtime reserves)")
             alloc.region = self._next_fit(nbytes)
             self.sbuf_regions[alloc.id] = alloc.region
             self.sbuf_next = alloc.region[-1][1]
@@ -169,8 +176,8 @@ class Accounting:
             if first > start:
                 gaps.append((start, first))
             start = max(start, end)
-        if start < SBUF_PARTITION_BYTES:
-            gaps.append((start, SBUF_PARTITION_BYTES))
+        if start < SBUF_USABLE_BYTES:
+            gaps.append((start, SBUF_USABLE_BYTES))
         for low in (self.sbuf_next, 0):
             for first, end in gaps:
                 if max(first, low) + nbytes <= end:

@@ -467,20 +467,25 @@ def test_nc_matmul_into_banks_of_a_two_bank_psum_tile_and_tiling_mode():
 
     @nki.jit
     def k(s, m):
-        ps = nl.ndarray((32, 1024), nl.float32, buffer=nl.psum)      # 4 KiB per partition: two banks
+        ps = nl.ndarray((64, 1024), nl.float32, buffer=nl.psum)      # 4 KiB per partition: two banks
         st = load(s)
-        nisa.nc_matmul(dst=ps[:, 512:1024], stationary=st, moving=load(m[:, 512:1024]))
-        nisa.nc_matmul(dst=ps[:, 0:512], stationary=st, moving=load(m[:, 0:512]),
+        nisa.nc_matmul(dst=ps[0:32, 512:1024], stationary=st, moving=load(m[:, 512:1024]))
+        # the PE tile of rows 64.. and columns 32..: operands on partitions 64.., dst on PSUM partitions 32..
+        s_hi, m_hi = nl.ndarray((96, 32), s.dtype), nl.ndarray((96, 512), m.dtype)
+        nisa.dma_copy(dst=s_hi[64:96], src=s)
+        nisa.dma_copy(dst=m_hi[64:96], src=m[:, 0:512])
+        nisa.nc_matmul(dst=ps[32:64, 0:512], stationary=s_hi[64:96], moving=m_hi[64:96],
                        tile_position=(64, 32), tile_size=(32, 32), is_stationary_onezero=False)
-        out = nl.ndarray(ps.shape, nl.float32)
-        nisa.tensor_copy(dst=out, src=ps)
+        out = nl.ndarray((32, 1024), nl.float32)
+        nisa.tensor_copy(dst=out[:, 512:1024], src=ps[0:32, 512:1024])
+        nisa.tensor_copy(dst=out[:, 0:512], src=ps[32:64, 0:512])
         return store(out)
 
     c = nkicpu.capture(k)(s, m)
     ref = s.astype(np.float64).T @ m.astype(np.float64)
     assert np.all(np.abs(c.outputs - ref) <= fp32_matmul_bound(s, m))
     mms = [i for i in c.instructions if i.opcode == "nc_matmul"]
-    assert [i.writes[0].offset for i in mms] == [512, 0]
+    assert [i.writes[0].offset for i in mms] == [512, 32 * 1024]
     assert mms[1].args["tile_position"] == (64, 32) and mms[1].args["tile_size"] == (32, 32)
     assert c.peak_psum_banks == 2
 

@@ -15,11 +15,12 @@ import numpy as np
 import pytest
 
 import nkicpu
+from nkicpu.errors import ActivationRangeWarning
 from nkicpu_testing import F32, NkiValidationError, load, nisa, nki, nl, store
 from test_nkicpu_isa_api import CASES as ISA_API_CASES
 from test_nkicpu_subset import CASES as SUBSET_CASES
 
-SBUF_BYTES = nl.tile_size.sbuf_fmax_bytes   # per partition, trn2
+SBUF_BYTES = nkicpu.memory.SBUF_USABLE_BYTES  # per partition, trn2: 224 KiB less the runtime's reserve
 PSUM_BANK_F32 = nl.tile_size.psum_bank_fmax  # fp32 elements per partition in one 2 KiB bank
 
 
@@ -246,7 +247,10 @@ CASES = [
      lambda: nisa.tensor_reduce(dst=sb(8, 3), op=nl.add, data=sb(8, 2, 3, 4), axis=(1, 3))),
     ("sbuf-capacity", rf"needs {SBUF_BYTES + 4} B per partition but only {SBUF_BYTES} B",
      lambda: sb(128, SBUF_BYTES // 4 + 1)),
-    ("sbuf-capacity", rf"of {SBUF_BYTES} B \(trn2 SBUF\) are free in live allocations", _two_live_tiles_overflow_sbuf),
+    ("sbuf-capacity", rf"of {SBUF_BYTES} B are free in live allocations \(trn2 SBUF: 229376 B less 16392 B",
+     _two_live_tiles_overflow_sbuf),
+    ("sbuf-capacity", r"needs 229376 B per partition",                 # the full 224 KiB: part is the runtime's
+     lambda: sb(128, 224 * 1024 // 4)),
     ("psum-capacity", rf"needs {nl.tile_size.psum_num_banks + 1} bank\(s\) of 2 KiB per partition but trn2 PSUM "
                       rf"has {nl.tile_size.psum_num_banks} banks",
      lambda: ps(128, 8 * PSUM_BANK_F32 + 1)),
@@ -261,13 +265,9 @@ CASES = [
     ("psum-subword-write", r"bfloat16 elements starting at byte offset 2 of a partition.*4-byte words",
      lambda: nisa.nc_transpose(dst=ps(4, 2, dtype=nl.bfloat16)[:, 1], data=sb(1, 4, dtype=nl.bfloat16),
                                engine=nisa.engine.tensor)),     # the second of two [P, 1] transposes side by side
-    ("psum-subword-write", r"starting at byte offset 2",
-     lambda: nisa.tensor_copy(dst=ps(4, 8, dtype=nl.bfloat16)[:, 1:3], src=sb(4, 2, dtype=nl.bfloat16))),
     ("psum-subword-write", r"starting at byte offset 2",                         # every other element: runs of one
-     lambda: nisa.tensor_copy(dst=ps(4, 8, dtype=nl.bfloat16)[:, 1:8:2], src=sb(4, 4, dtype=nl.bfloat16))),
-    ("psum-subword-write", r"starting at byte offset 2",
-     lambda: nisa.activation(dst=sb(4, 4), op=nl.exp, data=sb(4, 4), reduce_op=nl.add,
-                             reduce_res=ps(4, 2, dtype=nl.bfloat16)[:, 1:2], reduce_cmd=nisa.reduce_cmd.reset_reduce)),
+     lambda: nisa.nc_transpose(dst=ps(4, 8, dtype=nl.bfloat16)[:, 1:8:2], data=sb(4, 4, dtype=nl.bfloat16),
+                               engine=nisa.engine.tensor)),
     ("dma-partition-count", r"dst has 6 in dim 0 \(\[6, 4\] in sbuf\), src 2 \(\[2, 3, 4\] in shared_hbm\)",
      lambda: nisa.dma_copy(dst=sb(6, 4), src=hbm(2, 3, 4))),
     ("dma-partition-count", r"dst has 2 in dim 0 .*src 6 .*reshape the HBM view first",
@@ -288,19 +288,41 @@ CASES = [
      lambda: nisa.memset(dst=sb(2, 70000, dtype=nl.bfloat16), value=0.0)),
     ("ap-stride", r"src has a free stride of 40000 elements; .*int16",
      lambda: nisa.tensor_copy(dst=sb(2, 2), src=sb(2, 2, 40000, dtype=nl.bfloat16)[:, :, 0])),
-    ("activation-range", r"op=nl.rsqrt input data \* scale \+ bias = 0.0 at data index \[0, 0\] \(32 input\(s\) "
-                         r"out of range\) is outside its valid range \[2\^-87, 2\^97\]",
-     lambda: nisa.activation(dst=sb(8, 4), op=nl.rsqrt, data=filled((8, 4), 0.0))),
-    ("activation-range", r"op=nl.log input .* = -1.0 .*\[2\^-64, 2\^64\]",
-     lambda: nisa.activation(dst=sb(8, 4), op=nl.log, data=filled((8, 4), 1.0), scale=-1.0)),
-    ("activation-range", r"op=nl.reciprocal input .* = 0.0 .*\+-\[2\^-42, 2\^42\]",
-     lambda: nisa.activation(dst=sb(8, 4), op=nl.reciprocal, data=filled((8, 4), 1.0), bias=-1.0)),
-    ("activation-range", r"op=nl.sqrt input .* = 1\.3\d*e\+36 .*\[2\^-116, 2\^118\]",
-     lambda: nisa.activation(dst=sb(8, 4), op=nl.sqrt, data=filled((8, 4), 2.0 ** 120))),
-    ("activation-range", r"op=nl.sin input .* = 4.0 .*\[-pi, pi\]",
-     lambda: nisa.activation(dst=sb(8, 4), op=nl.sin, data=filled((8, 4), 4.0))),
-    ("activation-range", r"op=nl.arctan input .* = -2.0 .*\[-pi/2, pi/2\]",
-     lambda: nisa.activation(dst=sb(8, 4), op=nl.arctan, data=filled((8, 4), 2.0), scale=-1.0)),
+    ("matmul-placement", r"stationary starts at partition 32 and moving at 0",
+     lambda: mm(s=sb(64, 8)[32:64], m=sb(32, 16))),
+    ("matmul-placement", r"partitions 0..31, outside the PE rows 32..63 of tile_position \(32, 0\)",
+     lambda: mm(tile_position=(32, 0), tile_size=(32, 128))),
+    ("matmul-placement", r"dst starts at PSUM partition 0; .*first column 32",       # column tile 32, dst at 0
+     lambda: mm(tile_position=(0, 32), tile_size=(128, 32))),
+    ("matmul-placement", r"dst starts at PSUM partition 32; .*first column 0 \(no tiling",
+     lambda: mm(dst=ps(64, 16)[32:40])),
+    ("matmul-placement", r"dst starts at PSUM partition 32; .*a TensorE transpose writes from partition 0",
+     lambda: nisa.nc_transpose(dst=ps(64, 4)[32:40], data=sb(4, 8), engine=nisa.engine.tensor)),
+    ("input-start-partition", r"inputs start on different partitions \{'data1': 64, 'data2': 0\}",
+     lambda: nisa.tensor_tensor(dst=sb(64, 4), data1=sb(128, 4)[64:128], data2=sb(64, 4), op=nl.multiply)),
+    ("input-start-partition", r"\{'data1': 0, 'data2': 32\}",                   # a PSUM input too
+     lambda: nisa.tensor_tensor(dst=sb(32, 4), data1=ps(32, 4), data2=sb(64, 4)[32:64], op=nl.add)),
+    ("input-start-partition", r"\{'data': 0, 'operand0': 32\}",
+     lambda: nisa.tensor_scalar(dst=sb(32, 4), data=sb(32, 4), op0=nl.add, operand0=sb(64, 1)[32:64])),
+    ("input-start-partition", r"\{'data': 0, 'operand1': 96\}",
+     lambda: nisa.scalar_tensor_tensor(dst=sb(32, 4), data=sb(32, 4), op0=nl.multiply, operand0=2.0,
+                                       op1=nl.add, operand1=sb(128, 4)[96:128])),
+    ("input-start-partition", r"\{'data0': 0, 'data1': 0, 'initial': 32\}",
+     lambda: nisa.tensor_tensor_scan(dst=sb(32, 4), data0=sb(32, 4), data1=sb(32, 4), initial=sb(64, 1)[32:64],
+                                     op0=nl.multiply, op1=nl.add)),
+    ("input-start-partition", r"\{'src': 32, 'predicate': 0\}",
+     lambda: nisa.tensor_copy_predicated(dst=sb(32, 4), src=sb(64, 4)[32:64], predicate=sb(32, 4, dtype=nl.uint8))),
+]
+
+# Inputs outside a ScalarE function's valid range: a warning, and the exact function (rsqrt(0) is inf).
+OUT_OF_RANGE = [
+    (r"op=nl.rsqrt input data \* scale \+ bias = 0.0 at data index \[0, 0\] \(32 input\(s\) "
+     r"out of range\) is outside its valid range \[2\^-87, 2\^97\]", nl.rsqrt, 0.0, 1.0, 0.0),
+    (r"op=nl.log input .* = -2.0 .*\[2\^-64, 2\^64\]", nl.log, 2.0, -1.0, 0.0),
+    (r"op=nl.reciprocal input .* = 0.0 .*\+-\[2\^-42, 2\^42\]", nl.reciprocal, 1.0, 1.0, -1.0),
+    (r"op=nl.sqrt input .* = 1\.3\d*e\+36 .*\[2\^-116, 2\^118\]", nl.sqrt, 2.0 ** 120, 1.0, 0.0),
+    (r"op=nl.sin input .* = 4.0 .*\[-pi, pi\]", nl.sin, 4.0, 1.0, 0.0),
+    (r"op=nl.arctan input .* = -2.0 .*\[-pi/2, pi/2\]", nl.arctan, 2.0, -1.0, 0.0),
 ]
 
 # The nearest legal form of each rule added with the trn2 compile checks: it must still pass.
@@ -326,6 +348,12 @@ LEGAL = [
      lambda: nisa.nc_transpose(dst=ps(4, 1), data=sb(1, 4), engine=nisa.engine.tensor)),
     ("psum-subword-write", "bf16 copy at a word offset",
      lambda: nisa.tensor_copy(dst=ps(4, 8, dtype=nl.bfloat16)[:, 2:4], src=sb(4, 2, dtype=nl.bfloat16))),
+    ("psum-subword-write", "VectorE / ScalarE writes at a half-word offset (PSUM is SRAM to them)",
+     lambda: (nisa.tensor_copy(dst=ps(4, 8, dtype=nl.bfloat16)[:, 1:3], src=sb(4, 2, dtype=nl.bfloat16)),
+              nisa.tensor_copy(dst=ps(4, 8, dtype=nl.bfloat16)[:, 1:8:2], src=sb(4, 4, dtype=nl.bfloat16)),
+              nisa.activation(dst=sb(4, 4), op=nl.exp, data=filled((4, 4), 0.0), reduce_op=nl.add,
+                              reduce_res=ps(4, 2, dtype=nl.bfloat16)[:, 1:2],
+                              reduce_cmd=nisa.reduce_cmd.reset_reduce))),
     ("psum-subword-write", "one bf16 element per partition at offset 0 (the NKI library's one-token transpose)",
      lambda: nisa.nc_transpose(dst=ps(4, 1, dtype=nl.bfloat16), data=sb(1, 4, dtype=nl.bfloat16),
                                engine=nisa.engine.tensor)),
@@ -346,13 +374,41 @@ LEGAL = [
      lambda: nisa.memset(dst=sb(2, 70000, dtype=nl.bfloat16).reshape((2, 4, 17500)), value=0.0)),
     ("ap-stride", "the largest int16 stride",
      lambda: nisa.tensor_copy(dst=sb(2, 2), src=sb(2, 2, 32767, dtype=nl.bfloat16)[:, :, 0])),
-    ("activation-range", "rsqrt at both bounds",
-     lambda: (nisa.activation(dst=sb(8, 4), op=nl.rsqrt, data=filled((8, 4), 2.0 ** -87)),
-              nisa.activation(dst=sb(8, 4), op=nl.rsqrt, data=filled((8, 4), 2.0 ** 97)))),
-    ("activation-range", "sin at fp32(pi), reciprocal at -2^42",
-     lambda: (nisa.activation(dst=sb(8, 4), op=nl.sin, data=filled((8, 4), float(np.float32(np.pi)))),
-              nisa.activation(dst=sb(8, 4), op=nl.reciprocal, data=filled((8, 4), -2.0 ** 42)))),
+    ("sbuf-capacity", "tiles filling the usable SBUF exactly",
+     lambda: (sb(128, SBUF_BYTES // 4 // 2), nisa.memset(dst=sb(128, SBUF_BYTES // 4 // 2), value=0.0))),
+    ("matmul-placement", "column tile 32 writes PSUM partitions 32.. (LIB qkv_tkg, router_topk)",
+     lambda: mm(dst=ps(64, 16)[32:40], tile_position=(0, 32), tile_size=(128, 32))),
+    ("matmul-placement", "row tile 32 reads operands on partitions 32..63",
+     lambda: mm(s=sb(64, 8)[32:64], m=sb(64, 16)[32:64], tile_position=(32, 0), tile_size=(32, 128))),
+    ("matmul-placement", "no tiling, operands on one partition range",
+     lambda: mm(s=sb(64, 8)[32:64], m=sb(64, 16)[32:64])),
+    ("input-start-partition", "inputs on partitions 0.., dst on 64.. (LIB rope.py RoPE_sbuf)",
+     lambda: nisa.tensor_tensor(dst=sb(128, 4)[64:128], data1=filled((64, 4), 1.0), data2=filled((64, 4), 2.0),
+                                op=nl.add)),
+    ("input-start-partition", "data and its operand tiles on partitions 32..",
+     lambda: (nisa.tensor_scalar(dst=sb(32, 4), data=filled((64, 4), 1.0)[32:64], op0=nl.add,
+                                 operand0=filled((64, 1), 1.0)[32:64]),
+              nisa.scalar_tensor_tensor(dst=sb(32, 4), data=filled((64, 4), 1.0)[32:64], op0=nl.multiply,
+                                        operand0=2.0, op1=nl.add, operand1=filled((64, 4), 1.0)[32:64]))),
+    ("matmul-accumulate", "accumulate=False starts the group, then accumulate=True",
+     lambda: _start_then_accumulate()),
+    ("matmul-accumulate", "accumulate=None over overlapping regions (the convolution pattern)",
+     lambda: _convolution_pattern()),
 ]
+
+
+def _start_then_accumulate():
+    p = ps(8, 16)
+    nisa.memset(dst=p, value=0.0)
+    mm(dst=p, accumulate=False)      # a matmul overwrites the memset: the group starts here
+    mm(dst=p, accumulate=True)
+
+
+def _convolution_pattern():
+    p = ps(8, 32)
+    mm(dst=p[:, 0:16])
+    mm(dst=p[:, 8:24])               # 8..15 accumulate, 16..23 first write
+    mm(dst=p[:, 0:16], accumulate=True)
 
 
 @pytest.mark.parametrize("rule,words,body", CASES, ids=[c[0] for c in CASES])
@@ -373,8 +429,32 @@ def test_nearest_legal_form_passes(rule, what, body):
 
 def test_every_compile_check_rule_has_a_legal_form():
     new = {"gpsimd-float-arithmetic", "psum-subword-write", "dma-partition-count", "ap-start-partition",
-           "ap-free-dims", "ap-size", "ap-stride", "activation-range"}
+           "ap-free-dims", "ap-size", "ap-stride", "sbuf-capacity", "matmul-placement", "input-start-partition",
+           "matmul-accumulate"}
     assert new <= enforced_rules() and new <= {r for r, _, _ in LEGAL}
+
+
+@pytest.mark.parametrize("words,op,value,scale,bias", OUT_OF_RANGE, ids=[c[1].name for c in OUT_OF_RANGE])
+def test_activation_out_of_range_warns_and_computes(words, op, value, scale, bias):
+    """ScalarE computes a function outside its valid range all the same (its polynomial extrapolated):
+    nkicpu warns, naming the op, the input and the range, and computes the exact function."""
+    @nki.jit
+    def k():
+        y = sb(8, 4)
+        nisa.activation(dst=y, op=op, data=filled((8, 4), value), scale=scale, bias=bias)
+        return store(y)
+
+    with pytest.warns(ActivationRangeWarning, match=r"nisa.activation: " + words):
+        got = nki.simulate(k)()
+    x = np.float32(value) * np.float32(scale) + np.float32(bias)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        np.testing.assert_array_equal(got, np.full((8, 4), op.fn(np.float32(x)), F32))
+
+
+def test_activation_out_of_range_is_an_error_in_this_projects_tests():
+    """pyproject.toml turns the warning into an error, so the project's kernels stay in range."""
+    with pytest.raises(ActivationRangeWarning):
+        nki.simulate(nki.jit(lambda: nisa.activation(dst=sb(8, 4), op=nl.sin, data=filled((8, 4), 4.0))))()
 
 
 def test_activation_range_names_the_first_bad_input_and_its_index():
@@ -387,8 +467,8 @@ def test_activation_range_names_the_first_bad_input_and_its_index():
         nisa.activation(dst=y, op=nl.sqrt, data=load(x))
         return store(y)
 
-    with pytest.raises(NkiValidationError, match=r"\[activation-range\] nisa.activation: op=nl.sqrt input data \* "
-                                                 r"scale \+ bias = -5.0 at data index \[3, 1, 2\] \(2 input\(s\)"):
+    with pytest.warns(ActivationRangeWarning, match=r"nisa.activation: op=nl.sqrt input data \* scale \+ bias = "
+                                                    r"-5.0 at data index \[3, 1, 2\] \(2 input\(s\)"):
         nki.simulate(k)(x)
     x[3, 1, 2] = x[5, 0, 0] = 2.0 ** -116                        # the lower bound itself is valid
     np.testing.assert_array_equal(nki.simulate(k)(x), np.sqrt(x))
