@@ -321,28 +321,29 @@ def test_a_tile_reusing_freed_memory_waits_for_its_last_reader():
 
 
 def test_on_chip_addresses_are_next_fit_and_pieced_when_fragmented():
-    from nkicpu.memory import SBUF_PARTITION_BYTES, Accounting, Allocation, MemoryRegion
+    from nkicpu.memory import SBUF_USABLE_BYTES, Accounting, Allocation, MemoryRegion
     acc, ids = Accounting(), iter(range(1, 100))
 
     def sbuf(nbytes):
         return Allocation(next(ids), (128, nbytes), np.dtype(np.uint8), MemoryRegion.sbuf, None, acc)
     KiB = 1024
-    a, b = sbuf(100 * KiB), sbuf(100 * KiB)
-    assert (a.region, b.region) == (((0, 100 * KiB),), ((100 * KiB, 200 * KiB),))
+    a, b = sbuf(90 * KiB), sbuf(90 * KiB)
+    assert (a.region, b.region) == (((0, 90 * KiB),), ((90 * KiB, 180 * KiB),))
     del a
     c = sbuf(20 * KiB)                                     # after b, not in a's freed memory
-    assert c.region == ((200 * KiB, 220 * KiB),)
+    assert c.region == ((180 * KiB, 200 * KiB),)
     d = sbuf(60 * KiB)                                     # no room after c: wraps around to a's memory
     assert d.region == ((0, 60 * KiB),)
-    e = sbuf(40 * KiB)                                     # the rest of a's memory
-    assert e.region == ((60 * KiB, 100 * KiB),)
-    acc, ids = Accounting(), iter(range(1, 100))           # a fresh SBUF: four 56 KiB tiles fill it
-    tiles = [sbuf(56 * KiB) for _ in range(4)]
+    e = sbuf(30 * KiB)                                     # the rest of a's memory
+    assert e.region == ((60 * KiB, 90 * KiB),)
+    acc, ids = Accounting(), iter(range(1, 100))           # a fresh SBUF: four quarter tiles fill it
+    Q = SBUF_USABLE_BYTES // 4
+    tiles = [sbuf(Q) for _ in range(4)]
     del tiles[2], tiles[0]
-    h = sbuf(100 * KiB)                                    # 112 KiB free, no 100 KiB of it contiguous
-    assert h.region == ((0, 56 * KiB), (112 * KiB, 156 * KiB))
+    h = sbuf(Q + 10 * KiB)                                 # 2Q free, no Q + 10 KiB of it contiguous
+    assert h.region == ((0, Q), (2 * Q, 2 * Q + 10 * KiB))
     with pytest.raises(nkicpu.NkiValidationError, match="sbuf-capacity"):
-        sbuf(13 * KiB)
+        sbuf(Q - 10 * KiB + 1)
 
 
 @pytest.mark.parametrize("case", CASES)
