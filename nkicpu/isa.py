@@ -358,7 +358,7 @@ def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode
         raise rule_error("dma-engine", where, f"a hwdge DMA is triggered by engine.sync or engine.scalar, got engine.{engine.name}")
     indexed = [t for t in (dst, src) if t.is_indirect()]
     if indexed and dge_mode.name == "hwdge":
-        raise rule_error("indirect-dge", where, "the hardware DGE of trn2 does not do indirect DMA; use "
+        raise rule_error("indirect-dge", where, "a gather needs software DGE (the dma_copy docs), not hwdge; use "
                                                 "dge_mode=swdge (GpSimd generates the descriptors) or unknown")
     if dst.size != src.size:
         raise rule_error("dma-size", where, f"dst has {dst.size} elements ({list(dst.shape)}), src {src.size} ({list(src.shape)})")

@@ -416,7 +416,7 @@ CASES = [
      lambda: _gather(sb(4, 1))),
     ("indirect-index", r"vector_offset must be \[4, 1\]",
      lambda: _gather(sb(2, 1, dtype=nl.int32))),
-    ("indirect-dge", r"the hardware DGE of trn2 does not do indirect DMA",
+    ("indirect-dge", r"a gather needs software DGE",
      lambda: nisa.dma_copy(dst=sb(4, 4), src=hbm(8, 4).ap([[4, 4], [1, 4]], vector_offset=sb(4, 1, dtype=nl.int32)),
                            dge_mode=nisa.dge_mode.hwdge)),
 ]
