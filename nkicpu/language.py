@@ -46,7 +46,9 @@ class _TileSize:
     sbuf_size_bytes = PMAX * memory.SBUF_PARTITION_BYTES
     sbuf_fmax_bytes = memory.SBUF_PARTITION_BYTES
     sbuf_fmax = memory.SBUF_PARTITION_BYTES // 4
-    total_available_sbuf_size = memory.SBUF_PARTITION_BYTES
+    # "Usable SBUF free dimension per partition" (the tile_size docs): what is left for a kernel
+    # after the runtime's reserved region, the figure nkicpu's sbuf-capacity rule holds kernels to.
+    total_available_sbuf_size = memory.SBUF_USABLE_BYTES
     # Byte alignment of a free-dim address: the values the NKI front end's tracer binds for every
     # NeuronCore generation (github.com/leanprover/KLR, KLR/Trace.lean `kernelEnv`, at 1ca4ae0);
     # PSUM's 4 is its 4-byte word (isa.py, _psum_whole_words).
