@@ -11,8 +11,9 @@ kernel on the CPU model, with the inputs `kernels.reference.pipeline_inputs` dra
 its instruction record with the trn2 cost model (`nkicpu.profile`) and records one row: the
 shape, the modeled time as a band (best: documented peak figures; likely: calibrated against
 public trn2 measurements, `modeled_us`), the standalone launch overhead apart, HBM bytes, the HBM
-roofline, busy fraction per engine, the instruction count, and the host wall time the CPU model
-took.
+roofline of those bytes, for a composition step also the roofline of the block's minimal bytes on
+its cores and the likely estimate's floor under them (`benchmarks.roofline`), busy fraction per
+engine, the instruction count, and the host wall time the CPU model took.
 
 Every time in the output is MODELED (trn2 cost model), never measured on hardware. The one wall
 time, `cpu_model_wall_s`, is how long this machine took to run the CPU model (functional run +
@@ -50,7 +51,9 @@ from nkicpu import costs  # noqa: E402
 from nkicpu.profile import MODELED, profile_capture  # noqa: E402
 
 from kernels.reference import pipeline_inputs  # noqa: E402
-from kernels.registry import BY_NAME  # noqa: E402
+from kernels.registry import BLOCK_ARGS, BY_NAME  # noqa: E402
+
+from .roofline import block_floor_us, block_min_bytes, block_roofline_us  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "benchmarks" / "results"
@@ -87,8 +90,23 @@ FIELDS = {
                "roofline_us <= best_us <= modeled_us",
     "launch_us": "modeled standalone launch preamble + epilogue, microseconds, times the launches; not in "
                  "modeled_us or best_us",
-    "roofline_us": "HBM roofline for the same bytes: (read + written) / HBM_ROOFLINE_GBPS, microseconds",
+    "roofline_us": "HBM roofline of the kernel's own bytes: (read + written) / (lnc x HBM_ROOFLINE_GBPS), "
+                   "microseconds; a kernel that reads a byte twice raises it",
     "modeled_over_roofline": "modeled_us / roofline_us (>= 1; large means latency or engine bound)",
+    "block_min_bytes": "a composition step's row: the block's minimal HBM bytes at this shape, every input, "
+                       "weight and state byte read once and every result byte written once "
+                       "(benchmarks.roofline.block_min_bytes); null for a stage and gdn_tkg",
+    "block_roofline_us": "block_min_bytes / (lnc x HBM_ROOFLINE_GBPS), microseconds: the HBM roofline of the "
+                         "block on the step's cores, the one its ratios are judged against; "
+                         "block_roofline_us <= roofline_us and <= best_us",
+    "block_floor_us": "block_min_bytes / (lnc x DMA_ACHIEVED_GBPS), microseconds: the least likely time, the "
+                      "likely estimate's DMA rate on the block's bytes; block_floor_us <= modeled_us",
+    "best_over_block_roofline": "best_us / block_roofline_us (>= 1)",
+    "modeled_over_block_roofline": "modeled_us / block_roofline_us (>= 1): kernel waste times the likely "
+                                   "estimate's fixed DMA haircut, HBM_ROOFLINE_GBPS / DMA_ACHIEVED_GBPS",
+    "modeled_over_block_floor": "modeled_us / block_floor_us (>= 1): the kernel waste alone, likely estimate",
+    "hbm_over_block_min": "(hbm_read_bytes + hbm_write_bytes) / block_min_bytes (>= 1): the bytes a step moves "
+                          "beyond the block's, e.g. weights read on both cores or activations through HBM",
     "hbm_read_bytes, hbm_write_bytes": "HBM bytes the kernel's DMAs read and write",
     "busy_fraction": "per engine lane / DMA queue: modeled fraction of modeled_us it is busy",
     "busiest_lane": "the lane with the largest busy fraction",
@@ -176,6 +194,10 @@ def _row_base(variant, shape):
            "launches": len(variant.launches) or 1, "lnc": variant.lnc, "config": shape.name, "model": model, "tp": int(tp)}
     row.update({f: getattr(shape, f) for f in SHAPE_FIELDS})
     row.update(G=shape.G, conv_dim=shape.conv_dim, value_dim=shape.value_dim, label=MODELED)
+    block = variant.args == BLOCK_ARGS
+    row.update(block_min_bytes=block_min_bytes(shape) if block else None,
+               block_roofline_us=block_roofline_us(shape, variant.lnc) if block else None,
+               block_floor_us=block_floor_us(shape, variant.lnc) if block else None)
     return row
 
 
@@ -187,7 +209,8 @@ def _error(exc):
 def failed_row(variant, shape, exc, wall_s=None):
     row = _row_base(variant, shape)
     row.update(status="error", modeled_us=None, best_us=None, launch_us=None, roofline_us=None,
-               modeled_over_roofline=None,
+               modeled_over_roofline=None, best_over_block_roofline=None,
+               modeled_over_block_roofline=None, modeled_over_block_floor=None, hbm_over_block_min=None,
                hbm_read_bytes=None, hbm_write_bytes=None, busy_fraction=None, busiest_lane=None,
                instructions=None, peak_sbuf_bytes=None, peak_psum_banks=None,
                cpu_model_wall_s=wall_s, cpu_model_run_s=None, cpu_model_schedule_s=None,
@@ -240,6 +263,14 @@ def run_row(variant, shape, inputs):
         peak_psum_banks=max(c.peak_psum_banks for _, c, _, _ in parts),
         cpu_model_wall_s=run_s + schedule_s, cpu_model_run_s=run_s, cpu_model_schedule_s=schedule_s,
         error=None)
+    if row["block_min_bytes"] is not None:
+        row.update(best_over_block_roofline=row["best_us"] / row["block_roofline_us"],
+                   modeled_over_block_roofline=total / row["block_roofline_us"],
+                   modeled_over_block_floor=total / row["block_floor_us"],
+                   hbm_over_block_min=(row["hbm_read_bytes"] + row["hbm_write_bytes"]) / row["block_min_bytes"])
+    else:
+        row.update(best_over_block_roofline=None, modeled_over_block_roofline=None,
+                   modeled_over_block_floor=None, hbm_over_block_min=None)
     return row
 
 
@@ -269,6 +300,7 @@ def metadata(argv, args):
         "cost_model": {
             "source": COST_MODEL_SOURCE,
             "hbm_roofline_gbps": costs.HBM_ROOFLINE_GBPS,
+            "dma_achieved_gbps": costs.DMA_ACHIEVED_GBPS,
             "constants": [{"name": c.name, "value": c.value, "unit": c.unit, "source": c.source,
                            "band": c.band, "disagreement": c.disagreement} for c in costs.TABLE],
         },
@@ -290,7 +322,7 @@ def write_json(path, meta, rows):
 
 def plot(rows, path):
     """One log-log panel per variant: the modeled band vs B per config (shaded from best to likely,
-    likely solid), its HBM roofline dashed."""
+    likely solid), its HBM roofline dashed, a composition step's block roofline dotted."""
     from matplotlib.figure import Figure  # no pyplot: no GUI backend, nothing global
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
@@ -316,6 +348,8 @@ def plot(rows, path):
                             alpha=0.2, linewidth=0)
             ax.plot(bs, [r["modeled_us"] for r in ok], "o-", color=colors[config], label=config)
             ax.plot(bs, [r["roofline_us"] for r in ok], "--", color=colors[config], alpha=0.7)
+            if ok[0]["block_roofline_us"] is not None:
+                ax.plot(bs, [r["block_roofline_us"] for r in ok], ":", color=colors[config], alpha=0.7)
         failed = [r for r in rows if r["variant"] == variant and r["status"] != "ok"]
         title = variant + (f"  ({len(failed)} failed rows)" if failed else "")
         ax.set_title(title)
@@ -330,8 +364,9 @@ def plot(rows, path):
         ax.axis("off")
     handles, labels = axes[0].get_legend_handles_labels()
     handles += [Line2D([], [], color="gray", ls="-", marker="o"), Patch(color="gray", alpha=0.2),
-                Line2D([], [], color="gray", ls="--")]
-    labels += ["likely time (solid)", "band: best .. likely (shaded)", "HBM roofline, same bytes (dashed)"]
+                Line2D([], [], color="gray", ls="--"), Line2D([], [], color="gray", ls=":")]
+    labels += ["likely time (solid)", "band: best .. likely (shaded)", "HBM roofline, same bytes (dashed)",
+               "HBM roofline, the block's minimal bytes (dotted)"]
     if len(axes) > len(variants):  # a spare panel holds the legend
         axes[len(variants)].legend(handles, labels, loc="center", frameon=False, title="per-device config")
     else:
@@ -345,6 +380,7 @@ def plot(rows, path):
 # --- the sweep --------------------------------------------------------------------------------
 
 HEADER = (f"{'config':<24}{'B':>4}  {'variant':<18}{'best_us':>9}{'modeled_us':>11}{'roofline_us':>12}{'ratio':>8}"
+          f"{'block':>8}"
           f"{'instr':>7}  {'busiest lane':<20}{'cpu_model_s':>11}")
 
 
@@ -354,10 +390,12 @@ def _line(row):
         return f"FAILED {row['error']['type']}: {row['error']['message'][:90]}" + (
             f"  ({wall:.1f} s)" if wall is not None else "")
     ratio = row["modeled_over_roofline"]
+    block = row["modeled_over_block_roofline"]
     lane = row["busiest_lane"]
     busiest = f"{lane} {row['busy_fraction'][lane]:.0%}" if lane else "-"
     return (f"{row['best_us']:9.2f}{row['modeled_us']:11.2f}{row['roofline_us']:12.2f}"
-            f"{(f'{ratio:.1f}x' if ratio else '-'):>8}{row['instructions']:7d}  {busiest:<20}"
+            f"{(f'{ratio:.1f}x' if ratio else '-'):>8}{(f'{block:.1f}x' if block else '-'):>8}"
+            f"{row['instructions']:7d}  {busiest:<20}"
             f"{row['cpu_model_wall_s']:11.2f}")
 
 

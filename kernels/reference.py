@@ -233,7 +233,7 @@ def to_numpy(t):
     return t.numpy().copy()
 
 
-def _input_specs(shape: GDNShape):
+def block_input_specs(shape: GDNShape):
     """{name: (shape, NumPy dtype)} of the 11 block inputs, in signature order (`BLOCK_ARGS`)."""
     s, bf16, f32 = shape, ml_dtypes.bfloat16, np.float32
     return {
@@ -251,6 +251,14 @@ def _input_specs(shape: GDNShape):
     }
 
 
+def block_output_specs(shape: GDNShape):
+    """{name: (shape, NumPy dtype)} of the block's 3 results, in return order (`BLOCK_OUTPUTS`):
+    the new states are shaped and typed as the old."""
+    specs = block_input_specs(shape)
+    return {"out": ((shape.B, 1, shape.value_dim), ml_dtypes.bfloat16),
+            "new_conv_state": specs["conv_state"], "new_recurrent_state": specs["recurrent_state"]}
+
+
 def make_inputs(shape: GDNShape, seed=0, **overrides):
     """Random block inputs for `shape` with realistic magnitudes, as NumPy arrays by argument name.
 
@@ -262,7 +270,7 @@ def make_inputs(shape: GDNShape, seed=0, **overrides):
     kept, so bad shapes can be built), a scalar fills the entry's shape. The other entries are the
     same as without overrides.
     """
-    specs = _input_specs(shape)
+    specs = block_input_specs(shape)
     unknown = set(overrides) - set(specs)
     if unknown:
         _fail("overrides", f"names among {list(specs)}", sorted(unknown))

@@ -281,6 +281,12 @@ LAUNCH_EPILOGUE_US = _const(
 BYTES_PER_US = HBM_ROOFLINE_GBPS * 1e3          # GB/s -> bytes per microsecond, the roofline rate
 LAUNCH_US = LAUNCH_PREAMBLE_US + LAUNCH_EPILOGUE_US
 
+
+def roofline_us(nbytes, cores=1, gbps=HBM_ROOFLINE_GBPS):
+    """HBM bytes over `cores` cores' DMA bandwidth at `gbps` per core, µs: the HBM roofline, or at
+    DMA_ACHIEVED_GBPS the least time the LIKELY estimate can give the same bytes."""
+    return nbytes / (cores * gbps * 1e3)
+
 _GHZ = {"tensor": TENSOR_GHZ, "vector": VECTOR_GHZ, "scalar": SCALAR_GHZ, "gpsimd": GPSIMD_GHZ}
 _HALF_PRECISION = {"bfloat16", "float16"}
 

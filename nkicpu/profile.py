@@ -102,7 +102,7 @@ class Profile:
         busy = {lane: (covered.get(lane, 0.0) / total if total > 0 else 0.0)
                 for lane in ordered_lanes(list(covered) + list(lanes))}
         known = hbm_read_bytes is not None and hbm_write_bytes is not None
-        roofline = (hbm_read_bytes + hbm_write_bytes) / (cores * costs.BYTES_PER_US) if known else None
+        roofline = costs.roofline_us(hbm_read_bytes + hbm_write_bytes, cores) if known else None
         return cls(outputs=outputs, total_us=total, busy=busy, hbm_read_bytes=hbm_read_bytes,
                    hbm_write_bytes=hbm_write_bytes, roofline_us=roofline, events=list(events),
                    instructions=len(events), label=label, cores=cores)

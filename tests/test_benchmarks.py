@@ -11,7 +11,8 @@ import math
 import pytest
 
 import kernels
-from benchmarks import sweep
+from benchmarks import roofline, sweep
+from kernels.configs import GDNShape, model_shard
 from kernels.registry import BY_NAME, ENTRIES
 from nkicpu import costs
 from nkicpu.profile import MODELED
@@ -24,7 +25,8 @@ ROW_KEYS = {
     "G", "conv_dim", "value_dim", "label", "status", "modeled_us", "best_us", "launch_us", "roofline_us",
     "modeled_over_roofline", "hbm_read_bytes", "hbm_write_bytes", "busy_fraction", "busiest_lane",
     "instructions", "peak_sbuf_bytes", "peak_psum_banks", "cpu_model_wall_s", "cpu_model_run_s",
-    "cpu_model_schedule_s", "error",
+    "cpu_model_schedule_s", "error", "block_min_bytes", "block_roofline_us", "block_floor_us",
+    "best_over_block_roofline", "modeled_over_block_roofline", "modeled_over_block_floor", "hbm_over_block_min",
 }
 
 
@@ -74,6 +76,32 @@ def test_band_at_or_above_roofline_and_labelled_modeled(quick_run):
         assert r["modeled_us"] >= r["best_us"] >= r["roofline_us"] > 0, r["variant"]
         assert math.isclose(r["modeled_over_roofline"], r["modeled_us"] / r["roofline_us"])
         assert r["launch_us"] == r["launches"] * (costs.LAUNCH_PREAMBLE_US + costs.LAUNCH_EPILOGUE_US)
+
+
+def test_every_step_at_or_above_the_block_roofline_and_floor(quick_run):
+    """A composition step's row holds the block's minimal bytes and their roofline and likely floor
+    on its cores; no step moves fewer bytes or beats either. Step 5 moves exactly the block's
+    bytes, so its two rooflines agree; a stage and gdn_tkg have no block figures."""
+    rows = {r["variant"]: r for r in quick_run[2]["rows"]}
+    for name, r in rows.items():
+        e = BY_NAME[name]
+        if e.step is None:
+            assert all(r[k] is None for k in ROW_KEYS if "block" in k), name
+            continue
+        s = GDNShape(**{f: r[f] for f in sweep.SHAPE_FIELDS})
+        assert r["block_min_bytes"] == roofline.block_min_bytes(s)
+        assert math.isclose(r["block_roofline_us"], roofline.block_roofline_us(s, e.lnc))
+        assert math.isclose(r["block_floor_us"], roofline.block_floor_us(s, e.lnc))
+        assert r["hbm_over_block_min"] >= 1 and r["block_roofline_us"] <= r["roofline_us"] + 1e-9, name
+        assert r["block_roofline_us"] <= r["best_us"] <= r["modeled_us"] and r["block_floor_us"] <= r["modeled_us"], name
+        assert math.isclose(r["best_over_block_roofline"], r["best_us"] / r["block_roofline_us"])
+        assert math.isclose(r["modeled_over_block_roofline"], r["modeled_us"] / r["block_roofline_us"])
+        assert math.isclose(r["modeled_over_block_floor"], r["modeled_us"] / r["block_floor_us"])
+        assert math.isclose(r["block_floor_us"] / r["block_roofline_us"],
+                            costs.HBM_ROOFLINE_GBPS / costs.DMA_ACHIEVED_GBPS)
+    assert rows["5_fused"]["hbm_over_block_min"] == 1
+    assert math.isclose(rows["5_fused"]["block_roofline_us"], rows["5_fused"]["roofline_us"])
+    assert rows["6_lnc2"]["hbm_over_block_min"] > 1 and rows["0_staged"]["hbm_over_block_min"] > 1
 
 
 def test_metadata_lists_each_constant_with_its_band(quick_run):
@@ -132,16 +160,27 @@ def test_readme_figure_draws_the_fused_kernel_modeled(tmp_path, capsys):
 
 def test_latency_table_lists_the_registry_steps(monkeypatch):
     """benchmarks.steps: a table per target shard, one row per step up to `upto` and a column per
-    batch, and the roofline labelled with the cost model's HBM rate (the rows stand in for the
-    sweep's)."""
+    batch with the likely time over the block's roofline and floor, then that roofline and floor
+    per core count the steps run on, labelled with the cost model's rates (the rows stand in for
+    the sweep's)."""
     from benchmarks import steps
     from kernels.registry import STEPS
-    row = {"best_us": 2.0, "modeled_us": 3.0, "roofline_us": 1.0, "launches": 1}
+    row = {"best_us": 2.0, "modeled_us": 3.0, "modeled_over_block_roofline": 1.5,
+           "modeled_over_block_floor": 1.25, "launches": 1}
     monkeypatch.setattr(steps, "step_row", lambda *args: row)
-    tables = steps.latency_table(upto="2_scratch").split("\n\n**")
-    assert len(tables) == len(steps.TARGETS)
-    cells = " | ".join(["2 – 3 (3.0x)"] * len(steps.BATCHES))
-    for table in tables:
-        lines = table.splitlines()
-        assert lines[4:-1] == [f"| {e.name} | 1 | {cells} |" for e in STEPS[:3]]
-        assert f"({costs.HBM_ROOFLINE_GBPS:g} GB/s per core)" in lines[-1]
+    for upto, cores in (("2_scratch", (1,)), ("6_lnc2", (1, 2))):
+        n = BY_NAME[upto].step + 1
+        tables = steps.latency_table(upto=upto).split("\n\n**")
+        assert len(tables) == len(steps.TARGETS)
+        cells = " | ".join(["2 – 3 (1.50x; 1.25x)"] * len(steps.BATCHES))
+        for (m, tp), table in zip(steps.TARGETS, tables):
+            lines = table.splitlines()
+            assert lines[4:4 + n] == [f"| {e.name} | 1 | {cells} |" for e in STEPS[:n]]
+            footer = lines[4 + n:]
+            assert len(footer) == 2 * len(cores)
+            for c, roof, floor in zip(cores, footer[::2], footer[1::2]):
+                shapes = [model_shard(m, tp, B) for B in steps.BATCHES]
+                assert f"({costs.HBM_ROOFLINE_GBPS:g} GB/s per core)" in roof and f"on {c} core" in roof
+                assert f"({costs.DMA_ACHIEVED_GBPS:g} GB/s per core)" in floor and f"on {c} core" in floor
+                assert roof.endswith(" | ".join(f"{roofline.block_roofline_us(s, c):.1f}" for s in shapes) + " |")
+                assert floor.endswith(" | ".join(f"{roofline.block_floor_us(s, c):.1f}" for s in shapes) + " |")

@@ -6,7 +6,7 @@ import pytest
 
 from kernels import accuracy, registry
 from kernels.configs import GDNShape
-from kernels.reference import _input_specs, gdn_block_tkg_ref, pipeline_inputs, to_torch
+from kernels.reference import block_input_specs, block_output_specs, gdn_block_tkg_ref, pipeline_inputs, to_torch
 
 SHAPE = GDNShape(B=2, H=128, nk=1, nv=2, dk=16, dv=16, name="tiny")
 
@@ -38,4 +38,5 @@ def test_steps_are_numbered_in_order():
 def test_block_args_are_the_signature_order():
     """BLOCK_ARGS (one home) is the block reference's signature and make_inputs' entries, in order."""
     assert tuple(inspect.signature(gdn_block_tkg_ref).parameters) == registry.BLOCK_ARGS
-    assert tuple(_input_specs(SHAPE)) == registry.BLOCK_ARGS
+    assert tuple(block_input_specs(SHAPE)) == registry.BLOCK_ARGS
+    assert tuple(block_output_specs(SHAPE)) == tuple(name for name, _ in registry.BLOCK_OUTPUTS)

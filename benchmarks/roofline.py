@@ -1,0 +1,37 @@
+"""The block's roofline: the least HBM traffic one GDN decode step needs, over the cores' bandwidth.
+
+A kernel's own roofline (`nkicpu.profile.Profile.roofline_us`) counts the bytes it moves, so a
+kernel that reads something twice (a weight on both cores of an LNC=2 grid, an activation through
+HBM scratch) raises its own roofline and looks closer to it. The block's roofline counts what any
+version must move: every weight, input and state byte read once, every output and new state byte
+written once. The sweep, the latency tables and the composition chapters judge a step against it
+on the step's cores, and its likely time also against the floor the likely estimate's DMA rate
+puts under those bytes (`costs.DMA_ACHIEVED_GBPS`), so that kernel waste reads apart from that
+fixed haircut. Every figure here is modeled (trn2 cost model).
+"""
+import numpy as np
+
+from kernels.reference import block_input_specs, block_output_specs
+from nkicpu import costs
+
+
+def _bytes(specs):
+    return sum(int(np.prod(dims)) * np.dtype(dtype).itemsize for dims, dtype in specs.values())
+
+
+def block_min_bytes(shape):
+    """The block's minimal HBM bytes at a `GDNShape`: its 11 inputs read once, its 3 results
+    written once (shapes and dtypes: `kernels.reference.block_input_specs`, `block_output_specs`)."""
+    return _bytes(block_input_specs(shape)) + _bytes(block_output_specs(shape))
+
+
+def block_roofline_us(shape, cores=1):
+    """The block's minimal bytes at the peak HBM rate of `cores` NeuronCores, µs: no version of
+    the block on those cores can be faster (`costs.HBM_ROOFLINE_GBPS` per core)."""
+    return costs.roofline_us(block_min_bytes(shape), cores)
+
+
+def block_floor_us(shape, cores=1):
+    """The block's minimal bytes at the likely estimate's DMA rate of `cores` NeuronCores, µs:
+    the least likely time any version can have (`costs.DMA_ACHIEVED_GBPS` per core)."""
+    return costs.roofline_us(block_min_bytes(shape), cores, costs.DMA_ACHIEVED_GBPS)
