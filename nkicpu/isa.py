@@ -501,6 +501,14 @@ def _psum_bank_span(t):
     return first * item, last * item + item - 1
 
 
+def _one_psum_bank(dst, where):
+    """A TensorE output stays within one 2 KiB PSUM bank of each partition."""
+    lo, hi = _psum_bank_span(dst)
+    if lo // PSUM_BANK_BYTES != hi // PSUM_BANK_BYTES:
+        raise rule_error("psum-bank", where, f"dst spans bytes {lo}..{hi} of a partition; a TensorE output must "
+                                             f"stay within one 2 KiB PSUM bank")
+
+
 # -- fp32 matmul numerics ---------------------------------------------------------------------
 # What TensorE computes for fp32 operands is not documented. Public trn2 profiles show every fp32
 # nc_matmul as two LoadStationary + MultiplyMoving passes, the first tagged fp32_mode=LOW_HIGH and
@@ -590,10 +598,7 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     if dst.partitions != M or dst.free_size != N:
         raise rule_error("matmul-dst-shape", where, f"dst must be [{M}, {N}] (stationary free x moving free), "
                                                     f"got {list(dst.shape)}")
-    lo, hi = _psum_bank_span(dst)
-    if lo // PSUM_BANK_BYTES != hi // PSUM_BANK_BYTES:
-        raise rule_error("psum-bank", where, f"dst spans bytes {lo}..{hi} of a partition; a matmul output must "
-                                             f"stay within one 2 KiB PSUM bank")
+    _one_psum_bank(dst, where)
     _check_tiling(tuple(tile_position), tuple(tile_size), K, M, where)
     _check_placement(dst, stationary, moving, tuple(tile_position), tuple(tile_size), where)
     _dst(dst, where)
@@ -637,10 +642,7 @@ def nc_transpose(dst, data, engine=engine.unknown, name=None):
             raise rule_error("transpose-buffers", where, "TensorE transpose reads SBUF and writes PSUM")
         if F > 128:
             raise rule_error("transpose-size", where, f"TensorE transposes at most [128, 128], got [{P}, {F}]")
-        lo, hi = _psum_bank_span(dst)
-        if lo // PSUM_BANK_BYTES != hi // PSUM_BANK_BYTES:
-            raise rule_error("psum-bank", where, f"dst spans bytes {lo}..{hi} of a partition; a TensorE output must "
-                                                 f"stay within one 2 KiB PSUM bank")
+        _one_psum_bank(dst, where)
         if _start_partition(dst) != 0:     # a matmul against an identity (trainium_inferentia2_arch.rst)
             raise rule_error("matmul-placement", where, f"dst starts at PSUM partition {_start_partition(dst)}; PE "
                                                         f"column c writes PSUM partition c, so a TensorE transpose "

@@ -11,9 +11,9 @@ or tiling in transpose mode.
 import numpy as np
 
 from .errors import not_modeled, rule_error
-from .isa import (TILE, _check_placement, _dst, _enum, _psum_bank_span, _psum_whole_words, _record, _write,
+from .isa import (TILE, _check_placement, _dst, _enum, _one_psum_bank, _psum_whole_words, _record, _write,
                   matmul_perf_mode)
-from .memory import PSUM_BANK_BYTES, is_psum, is_sbuf
+from .memory import is_psum, is_sbuf
 
 TRANSPOSE_DTYPES = ("bfloat16", "float16", "float32")
 
@@ -45,10 +45,7 @@ def _matmul_transpose(dst, stationary, moving, accumulate, tile_position, tile_s
     if dst.partitions != M or dst.free_size != K:
         raise rule_error("matmul-dst-shape", where, f"dst must be [{M}, {K}] (the stationary transposed), got "
                                                     f"{list(dst.shape)}")
-    lo, hi = _psum_bank_span(dst)
-    if lo // PSUM_BANK_BYTES != hi // PSUM_BANK_BYTES:
-        raise rule_error("psum-bank", where, f"dst spans bytes {lo}..{hi} of a partition; a TensorE output must "
-                                             f"stay within one 2 KiB PSUM bank")
+    _one_psum_bank(dst, where)
     _check_placement(dst, stationary, moving, (), (), where)
     _psum_whole_words(dst, where)
     _dst(dst, where)

@@ -36,6 +36,19 @@ def assert_bits_equal(got, want):
     assert diff.size == 0, f"{diff.size} elements differ, first at {diff[:5]}: {got.ravel()[diff[:5]]} vs {want.ravel()[diff[:5]]}"
 
 
+def sb(*shape, dtype=nl.float32):
+    """A new SBUF tile (uninitialised), for kernel bodies written as one expression."""
+    return nl.ndarray(shape, dtype, buffer=nl.sbuf)
+
+
+def ps(*shape, dtype=nl.float32):
+    return nl.ndarray(shape, dtype, buffer=nl.psum)
+
+
+def hbm(*shape, dtype=nl.float32):
+    return nl.ndarray(shape, dtype, buffer=nl.shared_hbm)
+
+
 def load(src, buffer=nl.sbuf, dtype=None):
     """DMA an HBM tensor into a new on-chip tile of the same shape."""
     t = nl.ndarray(src.shape, dtype or src.dtype, buffer=buffer)

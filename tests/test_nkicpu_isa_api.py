@@ -10,24 +10,11 @@ import pytest
 
 import nkicpu
 from nkicpu import costs
-from nkicpu_testing import BF16, F32, assert_bits_equal, load, nisa, nki, nl, rand, run, store
+from nkicpu_testing import BF16, F32, assert_bits_equal, hbm, load, nisa, nki, nl, ps, rand, run, sb, store
 from test_nkicpu_isa import _spelled
 
 
 U32 = np.uint32
-
-
-def sb(*shape, dtype=nl.float32):
-    return nl.ndarray(shape, dtype, buffer=nl.sbuf)
-
-
-def ps(*shape, dtype=nl.float32):
-    return nl.ndarray(shape, dtype, buffer=nl.psum)
-
-
-def hbm(*shape, dtype=nl.float32):
-    return nl.ndarray(shape, dtype, buffer=nl.shared_hbm)
-
 FP32_MIN = np.finfo(F32).min
 
 # Signatures as the SDK isa stub spells them (aws-neuron-sdk nki/api/nki/isa/__init__.py at 81ce03a);

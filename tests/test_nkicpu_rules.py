@@ -16,24 +16,12 @@ import pytest
 
 import nkicpu
 from nkicpu.errors import ActivationRangeWarning
-from nkicpu_testing import F32, NkiValidationError, load, nisa, nki, nl, store
+from nkicpu_testing import F32, hbm, load, nisa, nki, NkiValidationError, nl, ps, sb, store
 from test_nkicpu_isa_api import CASES as ISA_API_CASES
 from test_nkicpu_subset import CASES as SUBSET_CASES
 
 SBUF_BYTES = nkicpu.memory.SBUF_USABLE_BYTES  # per partition, trn2: 224 KiB less the runtime's reserve
 PSUM_BANK_F32 = nl.tile_size.psum_bank_fmax  # fp32 elements per partition in one 2 KiB bank
-
-
-def sb(*shape, dtype=nl.float32):
-    return nl.ndarray(shape, dtype, buffer=nl.sbuf)
-
-
-def ps(*shape, dtype=nl.float32):
-    return nl.ndarray(shape, dtype, buffer=nl.psum)
-
-
-def hbm(*shape, dtype=nl.float32):
-    return nl.ndarray(shape, dtype, buffer=nl.shared_hbm)
 
 
 def mm(dst=None, s=None, m=None, **kw):
