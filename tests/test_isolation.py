@@ -34,18 +34,6 @@ TINY = GDNShape(B=2, H=128, nk=2, nv=4, dk=32, dv=32, K=4, name="tiny")
 REAL = [s.with_batch(B) for s, B in zip(TEST_SHARDS, (2, 3, 2, 3))]
 REAL_ENTRIES = ("gated_delta_rule", "gdn_tkg", "5_fused", "6_lnc2")
 
-# Known leaks (entry, input): stage 4 contracts several (batch, head) pairs in one matmul (the
-# fold's state tiles, the decay diagonal, the outer products of a 32-row quadrant), and a matmul
-# carries 0 * NaN = NaN from one pair's rows into every output it shares with them. Whether a bad
-# row reaches another one depends on whether its pairs share a tile or quadrant with another row
-# (nv, B), so these cases are expected to fail without being required to: not strict. The fix
-# removes the marks.
-STAGE4_INPUTS = ("hidden", "conv_state", "recurrent_state", "k", "v", "a", "b", "A_log", "dt_bias")
-STAGE4_ENTRIES = ("gated_delta_rule", "gdn_tkg", "0_staged", "1_staged_tkg", "2_scratch", "3_onchip",
-                  "4_gqa_index", "5_fused", "6_lnc2")
-KNOWN_LEAK = pytest.mark.xfail(strict=False, reason="stage 4 mixes (batch, head) pairs in its matmuls")
-
-
 def _heads(arr, nv):
     """arr as [B, nv, rest] if it holds value heads after the batch axis, else None."""
     B = arr.shape[0]
@@ -90,9 +78,8 @@ def _params(shapes, entries, every_kind):
     for shape in shapes:
         for entry in entries:
             for name, where, kind in _cases(entry, shape, every_kind):
-                marks = [KNOWN_LEAK] if entry in STAGE4_ENTRIES and name in STAGE4_INPUTS else []
-                params.append(pytest.param(shape, entry, name, where, kind, marks=marks,
-                                           id=f"{shape.name.replace(' ', '-')}-{entry}-{name}-{where[0]}{where[1]}-{kind}"))
+                case = f"{shape.name.replace(' ', '-')}-{entry}-{name}-{where[0]}{where[1]}-{kind}"
+                params.append(pytest.param(shape, entry, name, where, kind, id=case))
     return params
 
 
