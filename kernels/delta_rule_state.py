@@ -1,4 +1,8 @@
-"""How the delta rule's state sits on chip and streams through it (stage 4's machinery).
+"""The delta rule's folded state: how versions 2 and 3 of stage 4 hold and stream it.
+
+The final kernel keeps a pair's state unfolded so that no matmul sums over two pairs
+(kernels/delta_rule_pairs.py); it shares PMAX, QUADRANT, STATE_BUFFERS, fold_ones and identity
+with this file.
 
 A (batch, value head) pair's state S is [dk, dv] fp32, row-major in HBM. On chip it is *folded*:
 F consecutive rows share a partition, so pair p = t * R + r, row i = i0 * F + i1 sits on partition
@@ -15,8 +19,8 @@ moves data between the two layouts:
   as one matmul over their R * F (pair, fold row) rows, which must lie in one 32-row quadrant.
   ScalarE evicts the result into S.
 
-The state streams HBM -> ring -> HBM in sub-chunks of up to 128 // F pairs through STATE_BUFFERS
-on-chip buffers. Engines and DMA queues run in program order, so the order is the schedule: the
+The final kernel streams its state HBM -> ring -> HBM in sub-chunks through STATE_BUFFERS on-chip
+buffers (versions 2 and 3 use one). Engines and DMA queues run in program order, so the order is the schedule: the
 load of sub-chunk i + STATE_BUFFERS - 1 is issued before sub-chunk i computes, into the buffer
 whose store sub-chunk i - 1 has just issued.
 """
@@ -63,6 +67,15 @@ def fold_ones(dk, dv, nv):
     return ones
 
 
+def identity():
+    """The [128, 128] fp32 identity (GpSimd iota, VectorE compare)."""
+    ramp = nl.ndarray((PMAX, PMAX), nl.float32, name="ramp")
+    nisa.iota(ramp, [[1, PMAX]], offset=0, channel_multiplier=-1)        # ramp[p, j] = j - p
+    ident = nl.ndarray((PMAX, PMAX), nl.float32, name="ident")
+    nisa.tensor_scalar(ident, ramp, op0=nl.equal, operand0=0.0)
+    return ident
+
+
 def fold_constants(dk, fold, ones):
     """The 0/1 fp32 tiles the fold's matmuls and masks use, built once (GpSimd, VectorE).
 
@@ -75,11 +88,8 @@ def fold_constants(dk, fold, ones):
     Pd = dk // F
     RP = R * Pd
     c = {"ones": ones}
-    ramp = nl.ndarray((PMAX, PMAX), nl.float32, name="ramp")
-    nisa.iota(ramp, [[1, PMAX]], offset=0, channel_multiplier=-1)        # ramp[p, j] = j - p
-    ident = nl.ndarray((PMAX, PMAX), nl.float32, name="ident")
+    ident = identity()
     c["ident"] = ident
-    nisa.tensor_scalar(ident, ramp, op0=nl.equal, operand0=0.0)
     by_f = ident.reshape_dim(1, (PMAX // F, F))                          # (p == c * F + f)
     c["div_f"] = nl.ndarray((PMAX, PMAX // F), nl.float32, name="div_f")
     nisa.tensor_reduce(c["div_f"], nl.add, by_f, axis=2)
@@ -114,16 +124,6 @@ def stream_steps(B, nv, fold):
         for s0 in range(0, bc * nv, m):
             steps.append((b0, bc, s0, min(m, bc * nv - s0)))
     return steps
-
-
-def state_ring(dk, dv, steps, fold):
-    """The ring of sub-chunk state buffers: [R * Pd, slots, tiles, F * dv] fp32 SBUF."""
-    F, R = fold
-    tiles = 0
-    for step in steps:
-        tiles = max(tiles, -(-step[3] // R))
-    slots = min(STATE_BUFFERS, len(steps))
-    return nl.ndarray((R * (dk // F), slots, tiles, F * dv), nl.float32, name="state_ring")
 
 
 def move_state(ring, hbm, steps, i, fold, load):

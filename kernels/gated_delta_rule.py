@@ -2,22 +2,21 @@
 
 Per (batch row b, value head h) pair the recurrent state S is a [dk, dv] fp32 matrix, streamed from
 HBM and back; everything else per pair lies channel-major, [d, pairs], so one instruction serves
-every pair of a chunk. How the state sits on chip and streams: kernels/delta_rule_state.py.
+every pair of a chunk. How the state sits on chip and streams, one (batch, head) pair per
+contraction so that a non-finite value stays in its own pair: kernels/delta_rule_pairs.py.
 """
 import nki
 import nki.language as nl
 import nki.isa as nisa
 
 from .checks import expect, expect_dtype, expect_rank, expect_shape
-from .delta_rule_state import (PMAX, STATE_BUFFERS, block_diagonal_qk, broadcast_gates,
-                               decay_diagonals, fold_constants, fold_decay, fold_ones, move_state,
-                               outer_operands, rank1_update, spread_gates, state_fold,
-                               state_products, state_ring, stream_steps)
+from .delta_rule_pairs import (head_params, move_pairs, outer_rows, padded_columns,
+                               pair_gates, pair_products, pair_ring, pair_steps, pair_update)
+from .delta_rule_state import PMAX, STATE_BUFFERS, fold_ones, identity
 from .gqa_repeat import value_heads_view
 from .layout import load_channel_major, store_rows
 
 L2NORM_EPS = 1e-6     # l2norm(x) = x * rsqrt(sum(x^2) + eps): eps inside the sqrt, on the sum
-CHUNK_PHASES = 3      # _prepare_chunk's phases, issued under the previous chunk's sub-chunks
 
 
 def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurrent_state,
@@ -27,7 +26,7 @@ def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurren
     Dimensions:
         B: batch; nv: value heads; nq: heads of q and k, nv or the nk key heads; G = nv / nq;
         dk, dv: head dims; a chunk: max(1, 128 // nv) batch rows x nv heads (<= 128 pairs);
-        a sub-chunk: the pairs the state streams in (delta_rule_state.stream_steps)
+        a sub-chunk: the pairs the state streams in (delta_rule_pairs.pair_steps)
 
     Args:
         o (nl.ndarray): [dv, nv, B] @ SBUF, any float dtype, written: o[j, h, b] = o_hbm[b, h, j].
@@ -49,13 +48,16 @@ def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurren
     Notes:
         - dk, dv, nv <= 128; nv a multiple of nq. With nq = nk, value head h reads key head
           h // G through gqa_repeat.value_heads_view (no copy).
-        - Program order is the schedule: the next chunk's inputs are prepared in phases under
-          the current chunk's sub-chunks, and S^T [k, q] of sub-chunk i + 1 is issued before the
-          update of sub-chunk i.
+        - Program order is the schedule: the next chunk's inputs are prepared under the current
+          chunk's sub-chunks, and S^T [k, q], delta and the outer-product rows of sub-chunk i + 1
+          are issued before the update of sub-chunk i.
+        - Isolation: no matmul sums over two (batch, head) pairs, so a non-finite value in one
+          sequence's inputs or state reaches no other sequence, and one in A_log or dt_bias no
+          other head (delta_rule_pairs).
         - fp32 throughout; S^T [k, q] is read before the decay and scaled after; o is rounded
           once to o.dtype. exp(g) may underflow to 0 (the state becomes k delta^T).
         - SBUF: the state ring (64 KiB per partition at dk = dv = 128, whatever B) plus two
-          chunks' per-pair inputs; PSUM: at most 5 banks.
+          chunks' per-pair inputs; PSUM: at most 6 banks.
 
     Pseudocode:
         q, k = repeat(q, G, axis=1).astype(float32), repeat(k, G, axis=1).astype(float32)
@@ -72,44 +74,69 @@ def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurren
     _check_block_args(o, new_state, q, k, v, a, b, A_log, dt_bias, recurrent_state)
     dk, _, B = q.shape
     dv, nv, _ = v.shape
-    fold = state_fold(dk, dv)
     if ones is None:
         ones = fold_ones(dk, dv, nv)
-    consts = fold_constants(dk, fold, ones)
-    gates = _gates(a, b, A_log, dt_bias)                  # exp(g), beta: [nv, 2, B]
-    steps = stream_steps(B, nv, fold)
-    ring = state_ring(dk, dv, steps, fold)
+    ident = identity()
+    hp = head_params(A_log, dt_bias, ones.shape[0])        # -exp(A_log), dt_bias on every partition
+    steps = pair_steps(B, nv)
+    ring = pair_ring(dk, dv, steps)
     for i in range(STATE_BUFFERS - 1):                   # the loads run ahead of compute
-        move_state(ring, recurrent_state, steps, i, fold, load=True)
-    ins = (q, k, v, gates, o.dtype, consts, fold)         # what a chunk's preparation reads
-    chunk = _prepare_chunk({"b0": 0, "bc": steps[0][1]}, 0, CHUNK_PHASES, ins)
-    kvsq = state_products(ring, chunk["x"], steps, 0, fold)          # S^T [k, q]
-    nxt, done = chunk, CHUNK_PHASES                       # the next chunk, its phases issued
+        move_pairs(ring, recurrent_state, steps, i, load=True)
+    ins = (q, k, v, a, b, hp, o.dtype, ident, ones)       # what a chunk's preparation reads
+    chunk = _prepare_pairs({"b0": 0, "bc": steps[0][1]}, ins)
+    ops = _update_operands(chunk, pair_products(ring, chunk["qk"], steps, 0), steps[0])
+    nxt = chunk
     for i in range(len(steps)):
         b0, bc, s0, mc = steps[i]
-        move_state(ring, recurrent_state, steps, i + STATE_BUFFERS - 1, fold, load=True)
-        diag = decay_diagonals(chunk["decay"], s0, mc, fold, consts)
+        move_pairs(ring, recurrent_state, steps, i + STATE_BUFFERS - 1, load=True)
         if s0 == 0 and b0 + bc < B:
-            nxt = _prepare_chunk({"b0": b0 + bc, "bc": min(bc, B - b0 - bc)}, 0, 1, ins)
-            done = 1
-        delta = _delta_and_output(chunk, kvsq, s0, mc)    # delta = beta (v - exp(g) S^T k); o
-        lhs, rhs = outer_operands(chunk["qk"], delta, s0, consts)
-        if i + 1 < len(steps):
+            nxt = _prepare_pairs({"b0": b0 + bc, "bc": min(bc, B - b0 - bc)}, ins)
+        upcoming_ops = None
+        if i + 1 < len(steps):                            # sub-chunk i + 1's operands first
             upcoming = chunk
-            if steps[i + 1][0] != b0:                     # sub-chunk i + 1 starts the next chunk
-                nxt = _prepare_chunk(nxt, done, CHUNK_PHASES, ins)
-                done = CHUNK_PHASES
+            if steps[i + 1][0] != b0:
                 upcoming = nxt
-            kvsq = state_products(ring, upcoming["x"], steps, i + 1, fold)
-        if done < CHUNK_PHASES:
-            nxt = _prepare_chunk(nxt, done, done + 1, ins)
-            done = done + 1
-        rank1_update(ring, i, lhs, rhs, diag, fold)       # S = exp(g) S + k delta^T
-        move_state(ring, new_state, steps, i, fold, load=False)
+            kvsq = pair_products(ring, upcoming["qk"], steps, i + 1)        # S^T [k, q]
+            upcoming_ops = _update_operands(upcoming, kvsq, steps[i + 1])
+        pair_update(ring, i, steps, ops[0], ops[1], chunk["gbc"], ident)  # S = exp(g) S + k delta^T
+        move_pairs(ring, new_state, steps, i, load=False)
         if s0 + mc == bc * nv:                            # the chunk's last sub-chunk
             nisa.tensor_copy(o[:, :, b0:b0 + bc].permute((0, 2, 1)),
                              chunk["o"].reshape_dim(1, (bc, nv)))
             chunk = nxt
+        ops = upcoming_ops
+
+
+def _prepare_pairs(c, ins):
+    """What every pair of chunk c (batch rows c["b0"] .. c["b0"] + c["bc"] - 1, n = bc * nv
+    pairs) needs before its state streams; returns c with v, o [dv, n]; gbc [P, 2, n] exp(g), beta
+    per pair on every partition; qk [dk, n, 2] l2norm(k), l2norm(q) dk**-0.5; kq PSUM [dv, n] k . q.
+    """
+    q, k, v, a, b, hp, o_dtype, ident, ones = ins
+    dv, nv, _ = v.shape
+    b0, bc = c["b0"], c["bc"]
+    c["v"] = nl.ndarray((dv, bc * nv), v.dtype, name="v_pairs")
+    nisa.tensor_copy(c["v"].reshape_dim(1, (bc, nv)), v[:, :, b0:b0 + bc].permute((0, 2, 1)),
+                     engine=nisa.engine.gpsimd)
+    c["o"] = nl.ndarray((dv, bc * nv), o_dtype, name="o_pairs")
+    squares = _square_qk(q, k, b0, bc, nv)
+    c["gbc"] = pair_gates(a, b, b0, bc, hp, ident, ones)
+    consts = {"ones": ones}
+    c["qk"] = _normalize_qk(squares, q, k, b0, bc, nv, consts)
+    c["kq"] = _k_dot_q(c["qk"], dv, consts)
+    return c
+
+
+def _update_operands(c, kvsq, step):
+    """delta and o of a sub-chunk from its [S^T k, S^T q] (kvsq), and the rows of its k delta^T
+    matmuls: (k rows, delta rows) as outer_rows gives them."""
+    _, _, s0, mc = step
+    dk = c["qk"].shape[0]
+    d_pad = padded_columns(c["v"].shape[0], mc, "delta_pad")
+    _delta_and_output(c, kvsq, s0, mc, d_pad[:, :, 0])
+    k_pad = padded_columns(dk, mc, "k_pad")
+    nisa.tensor_copy(k_pad[:, :, 0], c["qk"][:, s0:s0 + mc, 0], engine=nisa.engine.gpsimd)
+    return outer_rows(k_pad, "k_rows"), outer_rows(d_pad, "delta_rows")
 
 
 def _check_block_args(o, new_state, q, k, v, a, b, A_log, dt_bias, recurrent_state):
@@ -132,56 +159,6 @@ def _check_block_args(o, new_state, q, k, v, a, b, A_log, dt_bias, recurrent_sta
     expect_dtype(dt_bias, "dt_bias", nl.float32)
     expect_dtype(recurrent_state, "recurrent_state", nl.float32)
     expect_dtype(new_state, "new_state", nl.float32)
-
-
-def _gates(a, b, A_log, dt_bias):
-    """exp(g), g = -exp(A_log) * softplus(a + dt_bias), and beta = sigmoid(b): [nv, 2, B] fp32.
-
-    Heads on partitions, so A_log and dt_bias are ScalarE's per-partition scale and bias.
-    """
-    nv, B = a.shape
-    sp = nl.ndarray((nv, B), nl.float32, name="softplus")
-    nisa.activation(sp, op=nl.softplus, data=a, bias=dt_bias)               # softplus(a + dt_bias)
-    neg_A = nl.ndarray((nv, 1), nl.float32, name="neg_A")
-    nisa.activation(neg_A, op=nl.exp, data=A_log)
-    nisa.tensor_scalar(neg_A, neg_A, op0=nl.multiply, operand0=-1.0)       # -exp(A_log)
-    gates = nl.ndarray((nv, 2, B), nl.float32, name="gates")
-    nisa.activation(gates[:, 0, :], op=nl.exp, data=sp, scale=neg_A)       # exp(g)
-    nisa.activation(gates[:, 1, :], op=nl.sigmoid, data=b)                 # beta, fp32
-    return gates
-
-
-def _prepare_chunk(c, first, last, ins):
-    """Phases first .. last - 1 of what every pair of chunk c (batch rows c["b0"] ..
-    c["b0"] + c["bc"] - 1, n = bc * nv pairs) needs before its state streams; returns c.
-
-    ins = (q, k, v, gates, o dtype, fold constants, fold). Each phase begins with instructions
-    that read what other engines made in the phase before, so with the caller's work in between
-    no in-order engine queue stalls on the chain. Adds to c: v, o [dv, n] the chunk's v and
-    output; gbc [P, 2, >= n] exp(g), beta per pair on every partition; qk [dk, n, 2] l2norm(k),
-    l2norm(q) dk**-0.5; decay [R * Pd, tiles] folded; kq PSUM [dv, n] k . q; x the
-    block-diagonal [k, q].
-    """
-    q, k, v, gates, o_dtype, consts, fold = ins
-    dv, nv, _ = v.shape
-    b0, bc = c["b0"], c["bc"]
-    for phase in range(first, last):
-        if phase == 0:
-            c["spread"] = spread_gates(gates, b0, bc, consts)
-            c["squares"] = _square_qk(q, k, b0, bc, nv)
-            c["v"] = nl.ndarray((dv, bc * nv), v.dtype, name="v_pairs")
-            nisa.tensor_copy(c["v"].reshape_dim(1, (bc, nv)),
-                             v[:, :, b0:b0 + bc].permute((0, 2, 1)), engine=nisa.engine.gpsimd)
-            c["o"] = nl.ndarray((dv, bc * nv), o_dtype, name="o_pairs")
-        elif phase == 1:
-            tiles = -(-bc * nv // fold[1])
-            c["gbc"] = broadcast_gates(c["spread"], tiles * fold[1], consts)
-            c["qk"] = _normalize_qk(c["squares"], q, k, b0, bc, nv, consts)
-            c["decay"] = fold_decay(c["gbc"], fold, q.shape[0], consts, tiles)
-        else:
-            c["kq"] = _k_dot_q(c["qk"], dv, consts)
-            c["x"] = block_diagonal_qk(c["qk"], fold, consts)
-    return c
 
 
 def _pairs(x, b0, bc, nv):
@@ -229,16 +206,18 @@ def _k_dot_q(qk, dv, consts):
     return kq
 
 
-def _delta_and_output(c, kvsq, s0, mc):
-    """delta (returned) and o of chunk c's pairs s0 .. s0+mc-1 from [S^T k, S^T q] (kvsq, read
-    before the decay): [kv, sq] = exp(g) [S^T k, S^T q], delta = (v - kv) beta,
-    o = sq + (k . q) delta, i.e. S_new^T q. Channel-major [dv, pairs]."""
+def _delta_and_output(c, kvsq, s0, mc, delta=None):
+    """delta (returned; written into `delta` [dv, mc] if given) and o of chunk c's pairs
+    s0 .. s0+mc-1 from [S^T k, S^T q] (kvsq, read before the decay): [kv, sq] = exp(g)
+    [S^T k, S^T q], delta = (v - kv) beta, o = sq + (k . q) delta, i.e. S_new^T q. Channel-major
+    [dv, pairs]."""
     dv = c["v"].shape[0]
     gbc = c["gbc"]
     kvsq_d = nl.ndarray((dv, mc, 2), nl.float32, name="kv_sq_decayed")
     nisa.tensor_tensor(kvsq_d, kvsq, gbc[0:dv, 0, s0:s0 + mc].expand_dim(2).broadcast(2, 2),
                        op=nl.multiply)
-    delta = nl.ndarray((dv, mc), nl.float32, name="delta")
+    if delta is None:
+        delta = nl.ndarray((dv, mc), nl.float32, name="delta")
     nisa.tensor_tensor(delta, c["v"][:, s0:s0 + mc], kvsq_d[:, :, 0], op=nl.subtract)
     nisa.tensor_tensor(delta, delta, gbc[0:dv, 1, s0:s0 + mc], op=nl.multiply)
     kq_delta = nl.ndarray((dv, mc), nl.float32, name="kq_delta")

@@ -10,7 +10,8 @@ import nki
 import nkicpu
 from kernels.configs import GDNShape, model_shard
 import nki.language as nl
-from kernels.delta_rule_state import DMA_TILES, STATE_BUFFERS, state_fold
+from kernels.delta_rule_pairs import DMA_PAIRS, GROUP, SUB_PAIRS
+from kernels.delta_rule_state import STATE_BUFFERS, state_fold
 from kernels.gated_delta_rule import gated_delta_rule_hbm, gated_delta_rule_kernel
 from kernels.layout import store_rows
 from nkicpu.profile import covered_us, event_end, profile_capture
@@ -258,43 +259,61 @@ def test_inputs_unmodified():
 
 
 def test_instruction_plan():
-    """At the largest shard (Qwen3.5-0.8B TP1, B=8: 128 pairs, one chunk, fold F = 4 rows per
-    partition, R = 4 pairs per state tile): F matmuls per tile for [S^T k, S^T q] (one per pair),
-    per tile a decay matmul and an outer-product matmul and two ScalarE copies (the decay diagonal,
-    the eviction of the new state), 4 sub-chunks of 32 pairs with one k-rows matmul each, one state
-    DMA in and one out per DMA_TILES tiles; no VectorE instruction touches the state; about 3
+    """At the largest shard (Qwen3.5-0.8B TP1, B=8: 128 pairs, one chunk, 4 sub-chunks of 32):
+    per pair one [S^T k, S^T q] matmul and one K = 1 outer-product matmul, per odd group of four
+    pairs an identity matmul; per group two transposes and two ScalarE copies for the outer
+    product's rows; the decay on VectorE (even groups, in the eviction) or ScalarE (odd groups, in
+    place, then the eviction); one state DMA in and one out per DMA_PAIRS pairs; about 5
     instructions per pair."""
     shape = SHARD_SHAPES[-1]
     n = shape.B * shape.nv
-    F, R = state_fold(shape.dk, shape.dv)
-    assert (F, R) == (4, 4)
-    tiles, subchunks = n // R, n // 32
+    groups = n // GROUP
     c = nkicpu.capture(gated_delta_rule_kernel)(*(random_inputs(shape)[k] for k in NAMES))
     counts = Counter((i.engine, i.opcode) for i in c.instructions)
-    assert counts[("tensor", "nc_matmul")] == F * tiles + 2 * tiles + subchunks + F + 3   # + ones: gates, norms, k.q
-    # + softplus, exp(A_log), exp(g), sigmoid, the gate broadcast's copy, two squares, rsqrt
-    assert counts[("scalar", "activation")] == 2 * tiles + 8
-    assert counts[("vector", "scalar_tensor_tensor")] == 1                            # the q normalisation
-    assert counts[("dma", "dma_copy")] == 2 * (tiles // DMA_TILES) + 8   # + q, k, v, a, b, A_log, dt_bias, o
+    assert counts[("tensor", "nc_matmul")] == 2 * n + groups // 2 + 4    # + heads, a and b, norms, k.q
     ring = allocation_id(c, "state_ring")
-    assert not any(a.alloc == ring for i in c.instructions if i.engine == "vector" for a in i.reads + i.writes)
-    assert len(c.instructions) <= 3.1 * n
+    writes = Counter((i.engine, i.opcode) for i in c.instructions
+                     if i.engine != "dma" and any(a.alloc == ring for a in i.writes))
+    assert writes == {("vector", "scalar_tensor_tensor"): n // 2,
+                      ("scalar", "activation"): n // 2 + groups // 2}
+    assert counts[("dma", "dma_copy")] == 2 * n // DMA_PAIRS + 8   # + q, k, v, a, b, A_log, dt_bias, o
+    assert len(c.instructions) <= 5.2 * n
     assert c.peak_psum_banks <= 6
     assert c.peak_sbuf_bytes <= 96 * 1024
 
 
-def test_state_dmas_move_2_kib_per_partition():
-    """The folded layout: every state DMA moves F * dv * 4 = 2 KiB contiguous per partition and pair
-    (the [dk, dv]-per-pair layout would move one 512-byte row)."""
+def test_state_matmuls_contract_one_pair():
+    """Isolation by construction: every matmul that reads the state ring contracts one pair's dk
+    rows (the [S^T k, S^T q] matmuls: the state as stationary, one pair) or has the pairs along the
+    moving free dim, each output column one pair's (the identity matmul of an odd group)."""
+    shape = SHARD_SHAPES[2]  # Qwen3-Next-80B TP4, B=8
+    c = nkicpu.capture(gated_delta_rule_kernel)(*(random_inputs(shape)[k] for k in NAMES))
+    ring = allocation_id(c, "state_ring")
+    seen = 0
+    for ins in c.instructions:
+        if ins.opcode != "nc_matmul" or not any(a.alloc == ring for a in ins.reads):
+            continue
+        stationary, moving = ins.reads[0], ins.reads[1]
+        if stationary.alloc == ring:
+            assert stationary.partitions == shape.dk and stationary.free_elements == shape.dv
+        else:
+            assert moving.alloc == ring and ins.args["K"] == shape.dk
+        seen += 1
+    assert seen == shape.B * shape.nv + shape.B * shape.nv // GROUP // 2
+
+
+def test_state_dmas_move_pair_rows():
+    """The unfolded layout: every state DMA moves DMA_PAIRS pairs, one 512-byte HBM row per
+    partition and pair (version 3's fold moved 2 KiB; see delta_rule_pairs)."""
     shape = SHARD_SHAPES[2]  # Qwen3-Next-80B TP4, B=8
     c = nkicpu.capture(gated_delta_rule_kernel)(*(random_inputs(shape)[k] for k in NAMES))
     state_bytes = shape.dk * shape.dv * 4
     dmas = [i for i in c.instructions if i.engine == "dma" and i.nbytes >= state_bytes]
-    assert len(dmas) == 2 * (shape.B * shape.nv // 4 // DMA_TILES)
+    assert len(dmas) == 2 * (shape.B * shape.nv // DMA_PAIRS)
     for ins in dmas:
         hbm = next(a for a in ins.reads + ins.writes if not a.on_chip)
         stride, count = hbm.pattern[-1]
-        assert stride == 1 and count * hbm.itemsize == 2048, hbm.pattern
+        assert stride == 1 and count * hbm.itemsize == shape.dv * 4 == 512, hbm.pattern
 
 
 STREAM_SHAPE = model_shard("Qwen3-Next-80B", 4, 32)   # 256 pairs: 2 chunks, 8 sub-chunks of 32
@@ -302,12 +321,12 @@ STREAM_SHAPE = model_shard("Qwen3-Next-80B", 4, 32)   # 256 pairs: 2 chunks, 8 s
 
 def _state_stream(shape):
     """The capture of the stage at `shape`, and in program order the indices of its state loads
-    (DMAs into the ring), state stores (DMAs out of it) and state updates (ScalarE evictions into it)."""
+    (DMAs into the ring), state stores (DMAs out of it) and state updates (compute writes into it)."""
     c = nkicpu.capture(gated_delta_rule_kernel)(*(random_inputs(shape)[k] for k in NAMES))
     ring = allocation_id(c, "state_ring")
     loads = [i.index for i in c.instructions if i.engine == "dma" and i.writes[0].alloc == ring]
     stores = [i.index for i in c.instructions if i.engine == "dma" and i.reads[0].alloc == ring]
-    updates = [i.index for i in c.instructions if i.engine == "scalar" and i.writes[0].alloc == ring]
+    updates = [i.index for i in c.instructions if i.engine != "dma" and i.writes[0].alloc == ring]
     return c, loads, stores, updates
 
 
@@ -317,17 +336,18 @@ def test_state_loads_run_ahead_of_compute():
     s + STATE_BUFFERS - 1, and the store of s right after its update, before the next update."""
     shape = STREAM_SHAPE
     n = shape.B * shape.nv
-    tiles_per_sub = 32 // 4
-    dmas_per_sub = tiles_per_sub // DMA_TILES
+    subs = n // SUB_PAIRS
+    dmas_per_sub = SUB_PAIRS // DMA_PAIRS
+    writes_per_sub = SUB_PAIRS + SUB_PAIRS // GROUP // 2   # a decay per pair, an eviction per odd group
     c, loads, stores, updates = _state_stream(shape)
-    assert len(loads) == len(stores) == n // 4 // DMA_TILES and len(updates) == n // 4
-    for s in range(n // 32):
-        first_update = updates[s * tiles_per_sub]
-        last_update = updates[(s + 1) * tiles_per_sub - 1]
-        ahead = min(n // 32, s + STATE_BUFFERS) * dmas_per_sub
+    assert len(loads) == len(stores) == subs * dmas_per_sub and len(updates) == subs * writes_per_sub
+    for s in range(subs):
+        first_update = updates[s * writes_per_sub]
+        last_update = updates[(s + 1) * writes_per_sub - 1]
+        ahead = min(subs, s + STATE_BUFFERS) * dmas_per_sub
         assert sum(i < first_update for i in loads) == ahead
         assert sum(i < last_update for i in stores) == s * dmas_per_sub
-        nxt = updates[(s + 1) * tiles_per_sub] if s + 1 < n // 32 else len(c.instructions)
+        nxt = updates[(s + 1) * writes_per_sub] if s + 1 < subs else len(c.instructions)
         assert sum(i < nxt for i in stores) == (s + 1) * dmas_per_sub
 
 
@@ -339,7 +359,7 @@ def test_state_ring_is_bounded():
     for B in (16, 64):
         c = nkicpu.capture(gated_delta_rule_kernel)(*(random_inputs(STREAM_SHAPE.with_batch(B))[k] for k in NAMES))
         shapes.append(c.allocations[allocation_id(c, "state_ring")].shape)
-    assert shapes[0] == shapes[1] == (128, STATE_BUFFERS, 8, 4 * 128)     # 64 KiB per partition
+    assert shapes[0] == shapes[1] == (128, STATE_BUFFERS, SUB_PAIRS, 128)   # 64 KiB per partition
     assert c.peak_sbuf_bytes <= 112 * 1024
 
 

@@ -9,10 +9,11 @@ import nki
 import nki.language as nl
 import nki.isa as nisa
 
-from ..delta_rule_state import (PMAX, QUADRANT, decay_diagonals, fold_constants, fold_ones,
-                                move_state, outer_operands, rank1_update, state_products,
+from ..delta_rule_state import (PMAX, QUADRANT, block_diagonal_qk, broadcast_gates,
+                                decay_diagonals, fold_constants, fold_decay, fold_ones, move_state,
+                                outer_operands, rank1_update, spread_gates, state_products,
                                 stream_steps)
-from ..gated_delta_rule import (CHUNK_PHASES, _delta_and_output, _gates, _prepare_chunk,
+from ..gated_delta_rule import (_delta_and_output, _k_dot_q, _normalize_qk, _square_qk,
                                 check_delta_rule_inputs, load_delta_rule_inputs)
 from ..layout import store_rows
 
@@ -75,7 +76,7 @@ def batched_kernel(q, k, v, a, b, A_log, dt_bias, recurrent_state, fold, slots, 
     for i in range(len(steps)):
         b0, bc, s0, mc = steps[i]
         if s0 == 0:                                       # a chunk starts: its per-pair inputs
-            chunk = _prepare_chunk({"b0": b0, "bc": bc}, 0, CHUNK_PHASES, ins)
+            chunk = _prepare_chunk({"b0": b0, "bc": bc}, ins)
         move_state(S, recurrent_state, steps, i + ahead, fold, load=True)   # none past the end
         kvsq = state_products(S, chunk["x"], steps, i, fold)             # S^T [k, q]
         delta = _delta_and_output(chunk, kvsq, s0, mc)
@@ -87,3 +88,47 @@ def batched_kernel(q, k, v, a, b, A_log, dt_bias, recurrent_state, fold, slots, 
             nisa.tensor_copy(o_sb[:, b0:b0 + bc, :], chunk["o"].reshape_dim(1, (bc, nv)))
     store_rows(o.reshape((B * nv, dv)), o_sb.reshape((dv, B * nv)))
     return o, new_state
+
+
+def _gates(a, b, A_log, dt_bias):
+    """exp(g), g = -exp(A_log) * softplus(a + dt_bias), and beta = sigmoid(b): [nv, 2, B] fp32.
+
+    Heads on partitions, so A_log and dt_bias are ScalarE's per-partition scale and bias.
+    """
+    nv, B = a.shape
+    sp = nl.ndarray((nv, B), nl.float32, name="softplus")
+    nisa.activation(sp, op=nl.softplus, data=a, bias=dt_bias)               # softplus(a + dt_bias)
+    neg_A = nl.ndarray((nv, 1), nl.float32, name="neg_A")
+    nisa.activation(neg_A, op=nl.exp, data=A_log)
+    nisa.tensor_scalar(neg_A, neg_A, op0=nl.multiply, operand0=-1.0)       # -exp(A_log)
+    gates = nl.ndarray((nv, 2, B), nl.float32, name="gates")
+    nisa.activation(gates[:, 0, :], op=nl.exp, data=sp, scale=neg_A)       # exp(g)
+    nisa.activation(gates[:, 1, :], op=nl.sigmoid, data=b)                 # beta, fp32
+    return gates
+
+
+def _prepare_chunk(c, ins):
+    """What every pair of chunk c (batch rows c["b0"] .. c["b0"] + c["bc"] - 1, n = bc * nv pairs)
+    needs before its state streams; returns c.
+
+    ins = (q, k, v, gates, o dtype, fold constants, fold). Adds to c: v, o [dv, n] the chunk's v
+    and output; gbc [P, 2, >= n] exp(g), beta per pair on every partition; qk [dk, n, 2]
+    l2norm(k), l2norm(q) dk**-0.5; decay [R * Pd, tiles] folded; kq PSUM [dv, n] k . q; x the
+    block-diagonal [k, q].
+    """
+    q, k, v, gates, o_dtype, consts, fold = ins
+    dv, nv, _ = v.shape
+    b0, bc = c["b0"], c["bc"]
+    spread = spread_gates(gates, b0, bc, consts)
+    squares = _square_qk(q, k, b0, bc, nv)
+    c["v"] = nl.ndarray((dv, bc * nv), v.dtype, name="v_pairs")
+    nisa.tensor_copy(c["v"].reshape_dim(1, (bc, nv)), v[:, :, b0:b0 + bc].permute((0, 2, 1)),
+                     engine=nisa.engine.gpsimd)
+    c["o"] = nl.ndarray((dv, bc * nv), o_dtype, name="o_pairs")
+    tiles = -(-bc * nv // fold[1])
+    c["gbc"] = broadcast_gates(spread, tiles * fold[1], consts)
+    c["qk"] = _normalize_qk(squares, q, k, b0, bc, nv, consts)
+    c["decay"] = fold_decay(c["gbc"], fold, q.shape[0], consts, tiles)
+    c["kq"] = _k_dot_q(c["qk"], dv, consts)
+    c["x"] = block_diagonal_qk(c["qk"], fold, consts)
+    return c

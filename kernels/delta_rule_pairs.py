@@ -1,0 +1,195 @@
+"""Stage 4's state machinery with every contraction inside one (batch, head) pair.
+
+A matmul multiplies every value of its contraction rows by every value of the other operand, so
+0 * NaN = NaN carries a non-finite value from one pair's rows into every output the matmul shares
+with them. Here the state is *unfolded*: pair p's [dk, dv] state lies on dk partitions (row i on
+partition i) at free position p of a sub-chunk buffer [dk, pairs, dv], and
+* S^T [k, q] is one matmul per pair, its state as the stationary, contracting its own dk rows;
+* k delta^T is one K = 1 matmul per pair, its k and delta as rows on one partition (exact TensorE
+  transposes put them on partitions 0, 32, 64, 96);
+* exp(g) S is elementwise: VectorE in the eviction of the outer product (even groups of four
+  pairs), or ScalarE in place plus an identity matmul over the group's four states, whose output
+  columns are each one pair's (odd groups), so the two engines share the work.
+The gates reach every partition without crossing heads: a and b spread over the heads of their own
+batch row, A_log and dt_bias broadcast from a row by a K = 1 matmul.
+
+The cost is the DMA runs: a pair's row is 512 B in HBM (the fold of delta_rule_state moves 2 KiB).
+"""
+import nki.isa as nisa
+import nki.language as nl
+
+from .delta_rule_state import PMAX, QUADRANT, STATE_BUFFERS
+
+SUB_PAIRS = 32      # pairs per sub-chunk: [dk, 32, dv] fp32 is 16 KiB per partition at dv = 128
+DMA_PAIRS = 8       # pairs per state DMA: four DMAs per sub-chunk each way, one per queue
+GROUP = PMAX // QUADRANT   # pairs whose outer-product rows share one transpose (one per quadrant)
+
+
+def pair_steps(B, nv):
+    """The sub-chunks in stream order: (b0, bc, s0, mc) = pairs s0 .. s0+mc-1 of the chunk of
+    batch rows b0 .. b0+bc-1 (max(1, 128 // nv) rows, chunk pair p = bi * nv + h)."""
+    rows = max(1, PMAX // nv)
+    steps = []
+    for b0 in range(0, B, rows):
+        bc = min(rows, B - b0)
+        for s0 in range(0, bc * nv, SUB_PAIRS):
+            steps.append((b0, bc, s0, min(SUB_PAIRS, bc * nv - s0)))
+    return steps
+
+
+def pair_ring(dk, dv, steps):
+    """The ring of sub-chunk state buffers: [dk, slots, pairs, dv] fp32 SBUF."""
+    m = 0
+    for step in steps:
+        m = max(m, step[3])
+    return nl.ndarray((dk, min(STATE_BUFFERS, len(steps)), m, dv), nl.float32, name="state_ring")
+
+
+def move_pairs(ring, hbm, steps, i, load):
+    """Load (load=True) or store the state of sub-chunk i between HBM [B, nv, dk, dv] and its ring
+    slot, i % slots; nothing if there is no sub-chunk i. A head slice of a larger state (one
+    program of an LNC grid) moves one piece per batch row."""
+    if i < len(steps):
+        b0, _, s0, mc = steps[i]
+        S = ring[:, i % ring.shape[1]]
+        B, nv, dk, dv = hbm.shape
+        p0 = b0 * nv + s0
+        if hbm.is_contiguous():
+            flat = hbm.reshape((B * nv, dk, dv))
+            for j in range(0, mc, DMA_PAIRS):
+                n = min(DMA_PAIRS, mc - j)
+                _dma(S[:, j:j + n, :], flat[p0 + j:p0 + j + n].permute((1, 0, 2)), load)
+        else:
+            p = p0
+            while p < p0 + mc:
+                n = min(p0 + mc, (p // nv + 1) * nv) - p
+                _dma(S[:, p - p0:p - p0 + n, :], hbm[p // nv, p % nv:p % nv + n].permute((1, 0, 2)),
+                     load)
+                p = p + n
+
+
+def _dma(sbuf, hbm, load):
+    if load:
+        nisa.dma_copy(sbuf, hbm)
+    else:
+        nisa.dma_copy(hbm, sbuf)
+
+
+def head_params(A_log, dt_bias, P):
+    """[P, 2, nv] fp32: -exp(A_log) and dt_bias of every head on every partition.
+
+    The [nv, 1] columns become rows by TensorE transposes (exact), and a K = 1 matmul copies the
+    row to P partitions: no sum over heads, so a non-finite head stays in its own column."""
+    nv = A_log.shape[0]
+    row = nl.ndarray((1, 2, nv), nl.float32, name="head_row")
+    for i in range(2):
+        src = A_log
+        if i == 1:
+            src = dt_bias
+        t_ps = nl.ndarray((1, nv), nl.float32, buffer=nl.psum, name="head_T")
+        nisa.nc_transpose(t_ps, src, engine=nisa.engine.tensor)
+        nisa.tensor_copy(row[:, i, :], t_ps)
+    nisa.activation(row[:, 0, :], op=nl.exp, data=row[:, 0, :])
+    nisa.tensor_scalar(row[:, 0, :], row[:, 0, :], op0=nl.multiply, operand0=-1.0)   # -exp(A_log)
+    ones = nl.ndarray((1, P), nl.float32, name="ones_row")
+    nisa.memset(ones, 1.0)
+    hp_ps = nl.ndarray((P, 2, nv), nl.float32, buffer=nl.psum, name="heads_psum")
+    nisa.nc_matmul(hp_ps, ones, row, is_stationary_onezero=True)
+    hp = nl.ndarray((P, 2, nv), nl.float32, name="heads_bcast")
+    nisa.tensor_copy(hp, hp_ps)
+    return hp
+
+
+def pair_gates(a, b, b0, bc, hp, ident, ones):
+    """exp(g), beta of pair bi * nv + h of batch rows b0 .. b0+bc-1 on every partition:
+    [P, 2, bc * nv] fp32, g = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b).
+
+    a and b ([nv, B], heads on partitions) reach every partition through a ones-matmul over the
+    heads of a spread tile whose off-diagonal is a * 0: a non-finite a reaches only its own batch
+    row. The head parameters come in broadcast (head_params)."""
+    nv = a.shape[0]
+    P = hp.shape[0]
+    spread = nl.ndarray((nv, 2, bc, nv), nl.float32, name="ab_spread")
+    for i in range(2):
+        src = a
+        if i == 1:
+            src = b
+        nisa.tensor_tensor(spread[:, i], src[:, b0:b0 + bc].expand_dim(2).broadcast(2, nv),
+                           ident[0:nv, 0:nv].expand_dim(1).broadcast(1, bc), op=nl.multiply)
+    ab = nl.ndarray((P, 2, bc, nv), nl.float32, buffer=nl.psum, name="ab_bcast")
+    nisa.nc_matmul(ab, ones[0:nv, 0:P], spread, is_stationary_onezero=True)
+    x = nl.ndarray((P, bc, nv), nl.float32, name="a_dt")
+    nisa.tensor_tensor(x, ab[:, 0], hp[:, 1, :].expand_dim(1).broadcast(1, bc), op=nl.add)
+    nisa.activation(x, op=nl.softplus, data=x)
+    nisa.tensor_tensor(x, x, hp[:, 0, :].expand_dim(1).broadcast(1, bc), op=nl.multiply)
+    gbc = nl.ndarray((P, 2, bc * nv), nl.float32, name="gates_bcast")
+    nisa.activation(gbc[:, 0].reshape_dim(1, (bc, nv)), op=nl.exp, data=x)
+    nisa.activation(gbc[:, 1].reshape_dim(1, (bc, nv)), op=nl.sigmoid, data=ab[:, 1])
+    return gbc
+
+
+def pair_products(ring, qk, steps, i):
+    """[S^T k, S^T q] of sub-chunk i, one matmul per pair (its state as the stationary, its
+    [k, q] columns of the chunk's qk [dk, n, 2] as the moving): PSUM [dv, mc, 2] fp32."""
+    _, _, s0, mc = steps[i]
+    S = ring[:, i % ring.shape[1]]
+    kvsq = nl.ndarray((S.shape[2], mc, 2), nl.float32, buffer=nl.psum, name="kv_sq")
+    for p in range(mc):
+        nisa.nc_matmul(kvsq[:, p, :], S[:, p, :], qk[:, s0 + p, :])
+    return kvsq
+
+
+def padded_columns(d, mc, name):
+    """[d, mc, 32] fp32 zeros: column 0 of pair p takes its vector, so a transpose of four pairs
+    puts them on partitions 0, 32, 64, 96 (outer_rows)."""
+    pad = nl.ndarray((d, mc, QUADRANT), nl.float32, name=name)
+    nisa.memset(pad, 0.0, engine=nisa.engine.gpsimd)
+    return pad
+
+
+def outer_rows(pad, name):
+    """[d, mc, 32] (padded_columns) -> SBUF [128, groups, d]: partition 32 r of group g holds pair
+    GROUP g + r's vector, a row a K = 1 matmul can read. TensorE transposes (exact) and ScalarE
+    evictions."""
+    d, mc, _ = pad.shape
+    groups = -(-mc // GROUP)
+    rows = nl.ndarray((PMAX, groups, d), nl.float32, name=name)
+    for g in range(groups):
+        gs = min(GROUP, mc - GROUP * g)
+        ps = nl.ndarray((gs * QUADRANT, d), nl.float32, buffer=nl.psum, name=name + "_psum")
+        nisa.nc_transpose(ps, pad[:, GROUP * g:GROUP * g + gs, :], engine=nisa.engine.tensor)
+        nisa.activation(rows[0:gs * QUADRANT, g, :], op=nl.copy, data=ps)
+    return rows
+
+
+def pair_update(ring, i, steps, k_rows, d_rows, gbc, ident):
+    """S <- exp(g) S + k delta^T for sub-chunk i in its ring slot, per group of GROUP pairs.
+
+    The outer products are K = 1 matmuls into one PSUM bank. Even groups: VectorE evicts each pair
+    as exp(g) S + PSUM. Odd groups: ScalarE scales each state by exp(g) in place, an identity
+    matmul adds the group's states (pairs along the free dim: each output column is one pair's),
+    ScalarE evicts. Either way no sum mixes two pairs."""
+    _, _, s0, mc = steps[i]
+    S = ring[:, i % ring.shape[1]]
+    dk, _, dv = S.shape
+    for g in range(-(-mc // GROUP)):
+        gs = min(GROUP, mc - GROUP * g)
+        p0 = GROUP * g
+        new = nl.ndarray((dk, GROUP, dv), nl.float32, buffer=nl.psum, name="state_new")
+        if g % 2 == 1:
+            for r in range(gs):
+                nisa.activation(S[:, p0 + r, :], op=nl.copy, data=S[:, p0 + r, :],
+                                scale=gbc[0:dk, 0, s0 + p0 + r:s0 + p0 + r + 1])
+        for r in range(gs):
+            q = QUADRANT * r
+            nisa.nc_matmul(new[:, r, :], k_rows[q:q + 1, g, :], d_rows[q:q + 1, g, :])
+        if g % 2 == 1:
+            nisa.nc_matmul(new[:, 0:gs, :], ident[0:dk, 0:dk], S[:, p0:p0 + gs, :], accumulate=True,
+                           is_stationary_onezero=True)
+            nisa.activation(S[:, p0:p0 + gs, :], op=nl.copy, data=new[:, 0:gs, :])
+        else:
+            for r in range(gs):
+                p = p0 + r
+                nisa.scalar_tensor_tensor(S[:, p, :], data=S[:, p, :], op0=nl.multiply,
+                                          operand0=gbc[0:dk, 0, s0 + p:s0 + p + 1], op1=nl.add,
+                                          operand1=new[:, r, :])
