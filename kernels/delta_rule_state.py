@@ -30,6 +30,7 @@ import nki.language as nl
 PMAX = nl.tile_size.pmax                        # partitions
 PSUM_BANK_FMAX = nl.tile_size.psum_bank_fmax    # fp32 elements per partition of one PSUM bank
 QUADRANT = 32                                   # partition quadrant: a small matmul's row tile
+SUB_CHUNK_PAIRS = 64                            # pairs per sub-chunk at most (stream_steps)
 # State tiles per DMA: a sub-chunk of 8 tiles moves in 4 DMAs each way, which lead the in-order
 # DMA queues in turn, so it lands before the next sub-chunk's loads share the bandwidth.
 DMA_TILES = 2
@@ -114,10 +115,12 @@ def fold_constants(dk, fold, ones):
 def stream_steps(B, nv, fold):
     """The sub-chunks in stream order: (b0, bc, s0, mc) = pairs s0 .. s0+mc-1 of the chunk of
     batch rows b0 .. b0+bc-1 (max(1, 128 // nv) rows, chunk pair p = bi * nv + h), at most
-    128 // F pairs (the rows of one outer-product build), a multiple of R."""
+    128 // F pairs (the rows of one outer-product build), a multiple of R, and at most
+    SUB_CHUNK_PAIRS (unfolded, F = 1, 128 pairs' decay diagonals alone would take 64 KiB of SBUF
+    per partition, more than is left beside the rest at B >= 16)."""
     F, R = fold
     rows = max(1, PMAX // nv)
-    m = (PMAX // F) // R * R
+    m = min((PMAX // F) // R * R, SUB_CHUNK_PAIRS)
     steps = []
     for b0 in range(0, B, rows):
         bc = min(rows, B - b0)
