@@ -9,9 +9,10 @@ weights, the two states and the output. The stages' building blocks, called as t
   gated_delta_rule_block              stage 4
   rmsnorm_gated_tile                  stage 5
 
-It is composition step 5 and, as gdn_block_tkg[2], step 6 (value heads split between the two
-NeuronCores of an LNC=2 launch grid). Steps 3 and 4 are the same body with one switch each
-(kernels/steps.py); the composition chapters of the book explain each step.
+It is composition step 5 and, as gdn_block_tkg[2], step 7 (value heads split between the two
+NeuronCores of an LNC=2 launch grid, each projecting only its own key heads' q | k columns).
+Steps 3, 4 and 6 are the same body with one switch each (kernels/steps.py); the composition
+chapters of the book explain each step.
 """
 import nki
 import nki.isa as nisa
@@ -23,7 +24,7 @@ from .delta_rule_state import fold_ones
 from .gated_delta_rule import gated_delta_rule_block, load_head_params
 from .gqa_repeat import expand_key_heads
 from .gdn_block_checks import block_dims, check_block_dtypes
-from .in_proj import load_hidden_T, project_columns
+from .in_proj import BF16_BYTES, MIN_SLICE_RUN_BYTES, load_hidden_T, project_columns
 from .layout import store_rows
 from .rmsnorm_gated import load_norm_weight, rmsnorm_gated_tile
 
@@ -67,6 +68,8 @@ def gdn_block_tkg(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_st
         - Every activation stays in SBUF, channel-major; value head h reads key head h // G, so
           the GQA expansion is free.
         - gdn_block_tkg[2] (LNC=2) splits the value heads between the two programs; needs nv even.
+          Each program projects only its key heads' q | k columns when that slice is a weight-row
+          run of at least MIN_SLICE_RUN_BYTES (kernels/in_proj.py), else q | k whole.
         - The batch's activations must fit on chip: 2 * B * (4 * nk + 5 * nv + H / 128) bytes
           per partition <= ACTIVATION_SBUF_BYTES.
 
@@ -79,12 +82,12 @@ def gdn_block_tkg(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_st
     """
     return gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state,
                           A_log, dt_bias, norm_weight, recurrent_state, gqa_by_index=True,
-                          place_z=True)
+                          place_z=True, qk_slices=True)
 
 
 def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
-                   dt_bias, norm_weight, recurrent_state, gqa_by_index, place_z):
-    """The fused body; the two switches are composition steps 4 and 5 (kernels/steps.py).
+                   dt_bias, norm_weight, recurrent_state, gqa_by_index, place_z, qk_slices):
+    """The fused body; the three switches are composition steps 4, 5 and 7 (kernels/steps.py).
 
     On an LNC grid each program takes its value heads and the key heads they read
     (`program_heads`); every HBM write is its own heads' slice, except the conv state of a key
@@ -115,12 +118,19 @@ def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
                                      name="new_recurrent_state")
 
     # stage 1: hidden once, then each projection straight into the tiles the next stage reads
-    # (a and b first: the gates need them). q | k, a and b are projected whole on every program:
-    # a program's slice of their columns would be weight-row runs shorter than 512 B.
+    # (a and b first: the gates need them). a and b are projected whole on every program, q | k
+    # too unless qk_slices and the program's key heads make weight-row runs long enough to stream.
     hidden_T = load_hidden_T(nl.ndarray((pmax, B, H // pmax), nl.bfloat16, name="hidden_T"), hidden)
     a = _heads_of(_projected((nv, B), hidden_T, W_in_a, "a"), h0, nh, "a_heads")
     b = _heads_of(_projected((nv, B), hidden_T, W_in_b, "b"), h0, nh, "b_heads")
-    qk = _projected((dk, 2, nk, B), hidden_T, W_in_qkv, "qk_proj")          # q heads, then k heads
+    sliced = qk_slices and nkh < nk and nkh * dk * BF16_BYTES >= MIN_SLICE_RUN_BYTES
+    q0 = k0 if sliced else 0                        # the first key head this program projects
+    qk = nl.ndarray((dk, 2, nkh if sliced else nk, B), nl.bfloat16, name="qk_proj")   # q, then k
+    if sliced:
+        for i in range(2):
+            project_columns(qk[:, i], hidden_T, W_in_qkv, col0=i * key_dim + k0 * dk)
+    else:
+        project_columns(qk.reshape((dk, 2 * nk, B)), hidden_T, W_in_qkv)
     v = nl.ndarray((dv, nh, B), nl.bfloat16, name="v_proj")
     project_columns(v, hidden_T, W_in_qkv, col0=2 * key_dim + h0 * dv)
     z = nl.ndarray((dv, nh, B), nl.bfloat16, name="z")
@@ -134,8 +144,8 @@ def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
                                qk.reshape((dk, 2 * nk, B)), conv_weight, conv_state, c0=0)
     else:
         for i in range(2):
-            conv1d_decode_channels(qk_c[:, i], new_conv_state, qk[:, i, k0:k1], conv_weight,
-                                   conv_state, c0=i * key_dim + k0 * dk)
+            conv1d_decode_channels(qk_c[:, i], new_conv_state, qk[:, i, k0 - q0:k1 - q0],
+                                   conv_weight, conv_state, c0=i * key_dim + k0 * dk)
     v_c = nl.ndarray((dv, nh, B), nl.bfloat16, name="v_conv")
     conv1d_decode_channels(v_c, new_conv_state, v, conv_weight, conv_state,
                            c0=2 * key_dim + h0 * dv)

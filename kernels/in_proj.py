@@ -31,6 +31,11 @@ WEIGHT_DMA_BYTES = 4 * 1024
 ACC_BANKS = 4
 MAX_BATCH = ACC_BANKS * nl.tile_size.pmax   # chunks of 128 tokens in a group, a bank each at least
 BF16_BYTES = 2
+# The shortest weight-row run (bytes) worth streaming a slice of a weight's columns for: trn2
+# streams of 512-1024 B runs measured 240 GB/s, 90% of the 4 KiB-run rate (github.com/KevGomes1403/
+# nki-moe-megakernel, nki_kernels/specs/deltanet_decode_opt.md); below 512 B the NKI DMA guide's
+# throughput figure falls to a fifth of peak and less (nki/get-started/about/nki-dma-overview.rst).
+MIN_SLICE_RUN_BYTES = 512
 
 
 def load_hidden_T(dst, hidden):
@@ -134,7 +139,8 @@ def project_columns(dst, hidden_T, W, col0=0):
           4-byte words for any B) and one eviction per bank writes dst, rounding once.
         - For the fused kernel: per head, dst [dk, n_heads, B] with col0 at the first head's
           channel (P = dk); for a / b, dst [nv, B]. A column range narrower than W gives weight
-          runs of (its width) * 2 bytes per row: project whole weights where the layout allows.
+          runs of (its width) * 2 bytes per row: slice only where they are at least
+          MIN_SLICE_RUN_BYTES.
 
     Pseudocode:
         acc = np.zeros((B, T * P), np.float32)

@@ -102,6 +102,8 @@ def test_every_step_at_or_above_the_block_roofline_and_floor(quick_run):
     assert rows["5_fused"]["hbm_over_block_min"] == 1
     assert math.isclose(rows["5_fused"]["block_roofline_us"], rows["5_fused"]["roofline_us"])
     assert rows["6_lnc2"]["hbm_over_block_min"] > 1 and rows["0_staged"]["hbm_over_block_min"] > 1
+    # one key head (the quick shard): both programs need it, so step 7 slices nothing
+    assert rows["7_qk_slices"]["hbm_read_bytes"] == rows["6_lnc2"]["hbm_read_bytes"]
 
 
 def test_metadata_lists_each_constant_with_its_band(quick_run):
@@ -168,7 +170,7 @@ def test_latency_table_lists_the_registry_steps(monkeypatch):
     row = {"best_us": 2.0, "modeled_us": 3.0, "modeled_over_block_roofline": 1.5,
            "modeled_over_block_floor": 1.25, "launches": 1}
     monkeypatch.setattr(steps, "step_row", lambda *args: row)
-    for upto, cores in (("2_scratch", (1,)), ("6_lnc2", (1, 2))):
+    for upto, cores in (("2_scratch", (1,)), ("7_qk_slices", (1, 2))):
         n = BY_NAME[upto].step + 1
         tables = steps.latency_table(upto=upto).split("\n\n**")
         assert len(tables) == len(steps.TARGETS)

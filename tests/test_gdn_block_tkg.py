@@ -17,8 +17,9 @@ import nki
 import nkicpu
 from kernels.configs import TEST_SHARDS, GDNShape, model_shard
 from kernels.gdn_block import gdn_block_tkg
+from kernels.in_proj import MIN_SLICE_RUN_BYTES
 from kernels.steps import (gdn_block_staged, gdn_block_staged_tkg, gdn_block_tkg_gqa_index,
-                           gdn_block_tkg_onchip, gdn_block_tkg_scratch)
+                           gdn_block_tkg_onchip, gdn_block_tkg_scratch, gdn_block_tkg_whole_qk)
 from kernels.reference import gdn_block_tkg_ref, make_inputs, to_numpy, to_torch
 from tests.gdn_float64 import np_block
 from tests.gdn_testing import (assert_bit_exact, assert_output_close, assert_state_close, f64, run_unmodified,
@@ -33,7 +34,8 @@ VERSIONS = {                                # the composition steps, in book ord
     "onchip": nki.simulate(gdn_block_tkg_onchip),
     "gqa_index": nki.simulate(gdn_block_tkg_gqa_index),
     "fused": nki.simulate(gdn_block_tkg),
-    "lnc2": nki.simulate(gdn_block_tkg[2]),     # heads split across the two programs of a launch grid
+    "lnc2": nki.simulate(gdn_block_tkg_whole_qk[2]),   # heads split across the programs of a grid
+    "qk_slices": nki.simulate(gdn_block_tkg[2]),       # ... each projecting its own q | k columns
 }
 
 TINY = [
@@ -187,6 +189,26 @@ def test_fused_kernel_builds_one_ones_tile():
     filled = [c.allocations[w.alloc].name for i in c.instructions if i.opcode == "memset"
               for w in i.writes]
     assert filled.count("ones") == 1, filled
+
+
+@pytest.mark.parametrize("shape", TEST_SHARDS, ids=lambda s: s.name)
+def test_lnc2_projects_its_own_q_k_columns_where_the_runs_are_long(shape):
+    """gdn_block_tkg[2]: each program reads the W_in_qkv columns of its own key heads' q and k
+    when those are weight-row runs of at least MIN_SLICE_RUN_BYTES, every q | k column otherwise,
+    and its own v columns; step 6 (gdn_block_tkg_whole_qk[2]) always every q | k column."""
+    x = make_inputs(shape, seed=15)
+    H, nk, nv, dk, dv, G = shape.H, shape.nk, shape.nv, shape.dk, shape.dv, shape.G
+    nh = nv // 2
+    for kernel, slices in ((gdn_block_tkg, True), (gdn_block_tkg_whole_qk, False)):
+        c = nkicpu.capture(kernel[2])(*x.values())
+        w_qkv = c.arguments[1]
+        for core in range(2):
+            k0, k1 = core * nh // G, ((core + 1) * nh - 1) // G + 1
+            sliced = slices and k1 - k0 < nk and (k1 - k0) * dk * 2 >= MIN_SLICE_RUN_BYTES
+            q_cols = 2 * (k1 - k0 if sliced else nk) * dk
+            read = sum(a.nbytes for i in c.instructions if i.engine == "dma" and i.core == core
+                       for a in i.reads if a.alloc == w_qkv)
+            assert read == H * (q_cols + nh * dv) * 2, (kernel, core)
 
 
 def test_rejects_a_batch_whose_activations_do_not_fit_on_chip():

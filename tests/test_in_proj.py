@@ -18,8 +18,9 @@ import nki.isa as nisa
 import nki.language as nl
 import nkicpu
 from kernels.configs import GDNShape
-from kernels.in_proj import in_proj_kernel, load_hidden_T, project_columns, project_rows
+from kernels.in_proj import MIN_SLICE_RUN_BYTES, in_proj_kernel, load_hidden_T, project_columns, project_rows
 from kernels.reference import in_proj_ref, make_inputs, to_numpy, to_torch
+from nkicpu import costs
 from tests.gdn_testing import (SHARD_SHAPES, TINY_SHAPES, assert_output_close, hbm_runs, run_unmodified,
                                shapes_param)
 
@@ -129,6 +130,12 @@ def test_weights_stream_once_in_large_dmas():
 def _input_allocs(c):
     """The allocation ids of the kernel's inputs, in argument order."""
     return [c.arguments[k] for k in range(len(c.arguments))]
+
+
+def test_min_slice_run_is_the_cost_models_long_run():
+    """Kernel files cannot import nkicpu: the kernel's shortest weight run worth slicing for is
+    the run length from which the cost model charges a run its bytes, not a short descriptor's."""
+    assert MIN_SLICE_RUN_BYTES == costs.DMA_LONG_RUN_BYTES
 
 
 @pytest.mark.parametrize("shape", [SHARD_SHAPES[-1], WIDE_BATCH], ids=["Qwen3.5-0.8B-TP1-B8", "B300"])

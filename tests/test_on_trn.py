@@ -171,7 +171,7 @@ def test_the_lnc_launch_follows_the_sdk_version(lnc, nki_version, launch):
 
 
 def test_the_lnc2_step_launches_the_fused_kernel_either_way():
-    lnc2, fused = BY_NAME["6_lnc2"], BY_NAME["5_fused"].load_kernel()
+    lnc2, fused = BY_NAME["7_qk_slices"], BY_NAME["5_fused"].load_kernel()
     assert on_trn.launch_kernel(lnc2, "0.7.0") is fused
     assert on_trn.launch_kernel(lnc2, "0.6.0") is not fused              # kernel[2]
 

@@ -32,7 +32,7 @@ def test_entry_is_complete(entry, inputs):
 def test_steps_are_numbered_in_order():
     assert [e.step for e in registry.STEPS] == list(range(len(registry.STEPS)))
     assert [e.kind for e in registry.ENTRIES[:5]] == ["stage"] * 5
-    assert registry.BY_NAME["6_lnc2"].lnc == 2
+    assert registry.BY_NAME["6_lnc2"].lnc == registry.BY_NAME["7_qk_slices"].lnc == 2
 
 
 def test_block_args_are_the_signature_order():
