@@ -14,13 +14,14 @@ from .delta_rule_pairs import (head_params, move_pairs, outer_rows, padded_colum
                                pair_gates, pair_products, pair_ring, pair_steps, pair_update)
 from .delta_rule_state import PMAX, STATE_BUFFERS, fold_ones, identity
 from .gqa_repeat import value_heads_view
+from .in_proj import issue_loads
 from .layout import load_channel_major, store_rows
 
 L2NORM_EPS = 1e-6     # l2norm(x) = x * rsqrt(sum(x^2) + eps): eps inside the sqrt, on the sum
 
 
 def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurrent_state,
-                           ones=None):
+                           ones=None, weight_loads=None):
     """One decode step of the gated delta rule on channel-major SBUF tiles, state HBM -> HBM.
 
     Dimensions:
@@ -41,6 +42,9 @@ def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurren
         recurrent_state (nl.ndarray): [B, nv, dk, dv] @ HBM, fp32, read only.
         ones (nl.ndarray): optional, fold_ones(dk, dv, nv) built by a caller that reuses it;
             built here if None.
+        weight_loads (list): optional, another stage's pending weight DMAs, (SBUF tile, HBM
+            source, ...) each (in_proj.column_weight_loads): issued after the state's first loads
+            and before its first store, so that they do not queue behind the stores.
 
     Returns:
         None; `o` and `new_state` hold the results.
@@ -82,6 +86,8 @@ def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurren
     ring = pair_ring(dk, dv, steps)
     for i in range(STATE_BUFFERS - 1):                   # the loads run ahead of compute
         move_pairs(ring, recurrent_state, steps, i, load=True)
+    if weight_loads is not None:
+        issue_loads(weight_loads)
     ins = (q, k, v, a, b, hp, o.dtype, ident, ones)       # what a chunk's preparation reads
     chunk = _prepare_pairs({"b0": 0, "bc": steps[0][1]}, ins)
     ops = _update_operands(chunk, pair_products(ring, chunk["qk"], steps, 0), steps[0])

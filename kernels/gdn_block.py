@@ -9,10 +9,10 @@ weights, the two states and the output. The stages' building blocks, called as t
   gated_delta_rule_block              stage 4
   rmsnorm_gated_tile                  stage 5
 
-It is composition step 5 and, as gdn_block_tkg[2], step 7 (value heads split between the two
-NeuronCores of an LNC=2 launch grid, each projecting only its own key heads' q | k columns).
-Steps 3, 4 and 6 are the same body with one switch each (kernels/steps.py); the composition
-chapters of the book explain each step.
+It is composition step 8: z's weight DMAs issued inside the recurrence, ahead of its state
+stores (launched as gdn_block_tkg[2], value heads split between the two NeuronCores of an LNC=2
+launch grid, each projecting only its own key heads' q | k columns). Steps 3 to 7 are the same
+body with switches off (kernels/steps.py); the composition chapters of the book explain each step.
 """
 import nki
 import nki.isa as nisa
@@ -24,7 +24,8 @@ from .delta_rule_state import fold_ones
 from .gated_delta_rule import gated_delta_rule_block, load_head_params
 from .gqa_repeat import expand_key_heads
 from .gdn_block_checks import block_dims, check_block_dtypes
-from .in_proj import BF16_BYTES, MIN_SLICE_RUN_BYTES, load_hidden_T, project_columns
+from .in_proj import (BF16_BYTES, MIN_SLICE_RUN_BYTES, column_weight_loads, load_hidden_T,
+                      project_columns)
 from .layout import store_rows
 from .rmsnorm_gated import load_norm_weight, rmsnorm_gated_tile
 
@@ -82,12 +83,14 @@ def gdn_block_tkg(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_st
     """
     return gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state,
                           A_log, dt_bias, norm_weight, recurrent_state, gqa_by_index=True,
-                          place_z=True, qk_slices=True)
+                          place_z=True, qk_slices=True, z_early=True)
 
 
 def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
-                   dt_bias, norm_weight, recurrent_state, gqa_by_index, place_z, qk_slices):
-    """The fused body; the three switches are composition steps 4, 5 and 7 (kernels/steps.py).
+                   dt_bias, norm_weight, recurrent_state, gqa_by_index, place_z, qk_slices,
+                   z_early=False):
+    """The fused body; the four switches are composition steps 4, 5, 7 and 8 (kernels/steps.py;
+    z_early is off unless given, as in every step before 8).
 
     On an LNC grid each program takes its value heads and the key heads they read
     (`program_heads`); every HBM write is its own heads' slice, except the conv state of a key
@@ -161,10 +164,15 @@ def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
     A_sb, dt_sb = load_head_params(A_log, dt_bias, h0, nh)
     o = nl.ndarray((dv, nh, B), nl.bfloat16, name="o")
     ones = fold_ones(dk, dv, nh)
+    # z_early: the recurrence issues z's weight DMAs after its first state loads, ahead of the
+    # state stores that wait for its compute; z's matmuls stay after it.
+    z_loads = None
+    if z_last and z_early:
+        z_loads = column_weight_loads(z, hidden_T, W_in_z, col0=h0 * dv)
     gated_delta_rule_block(o, new_recurrent_state[:, h0:h1], q, k, v_c, a, b, A_sb, dt_sb,
-                           recurrent_state[:, h0:h1], ones=ones)
+                           recurrent_state[:, h0:h1], ones=ones, weight_loads=z_loads)
     if z_last:
-        project_columns(z, hidden_T, W_in_z, col0=h0 * dv)
+        project_columns(z, hidden_T, W_in_z, col0=h0 * dv, loads=z_loads)
 
     # stage 5, then the only activation store: each token's row of this program's heads
     y = nl.ndarray((dv, nh, B), nl.bfloat16, name="y")

@@ -114,7 +114,7 @@ def project_rows(dst, hidden_T, W, col0=0):
         _rows_group(dst[:, c:c + min(width, n - c)], hidden_T, W3, col0 + c, chunks)
 
 
-def project_columns(dst, hidden_T, W, col0=0):
+def project_columns(dst, hidden_T, W, col0=0, loads=None):
     """Project the token batch onto a range of W's output channels, channel-major on chip.
 
     Dimensions:
@@ -129,6 +129,8 @@ def project_columns(dst, hidden_T, W, col0=0):
             view `load_hidden_T` returns. Any free-dim strides.
         W: [H, N] @ HBM, bf16 -- the weight in checkpoint layout (nn.Linear weight transposed).
         col0: first output channel (a Python int).
+        loads: optional, `column_weight_loads(dst, hidden_T, W, col0)` already issued; None:
+            each weight chunk's DMA is issued here, just before its matmuls.
 
     Returns:
         None; dst holds the projection.
@@ -149,16 +151,56 @@ def project_columns(dst, hidden_T, W, col0=0):
             acc += hidden_T[:, kt, :].T @ W[rows, col0:col0 + T * P]
         dst[...] = acc.reshape(B, T, P).transpose(2, 1, 0).astype(dst.dtype)
     """
+    W3, groups = _column_groups(dst, hidden_T, W, col0)
+    chunks = _token_chunks(hidden_T.shape[2])
+    n = 0                                   # weight chunks of the groups before this one
+    for i in range(len(groups)):
+        group, c0 = groups[i]
+        group_loads = None
+        if loads is not None:
+            group_loads = loads[n:n + _chunk_count(W3.shape[1], group.shape[0] * group.shape[1])]
+            n += len(group_loads)
+        _columns_group(group, hidden_T, W3, c0, chunks, group_loads)
+
+
+def column_weight_loads(dst, hidden_T, W, col0=0):
+    """The weight chunk DMAs of `project_columns(dst, hidden_T, W, col0)`, not issued: a list of
+    (SBUF tile, HBM rows of W, first row tile kt0), in the order its matmuls read them.
+
+    A caller issues them where it wants them on the DMA queues (`issue_loads`), e.g. ahead of
+    stores that wait for other work, then passes the list to project_columns as `loads`.
+    """
+    W3, groups = _column_groups(dst, hidden_T, W, col0)
+    loads = []
+    for i in range(len(groups)):
+        group, c0 = groups[i]
+        width = group.shape[0] * group.shape[1]
+        n_chunks = _chunk_count(W3.shape[1], width)
+        for j in range(n_chunks):
+            loads.append(_weight_chunk(W3, c0, width, j, n_chunks))
+    return loads
+
+
+def issue_loads(loads):
+    """Issue the DMAs of a list of (SBUF tile, HBM source, ...) loads, in order."""
+    for i in range(len(loads)):
+        nisa.dma_copy(dst=loads[i][0], src=loads[i][1])
+
+
+def _column_groups(dst, hidden_T, W, col0):
+    """project_columns's operands checked, and its column groups: (W as [128, KT, N], a list of
+    (the group's dst [P, nt, B], its first column))."""
     if len(dst.shape) == 2:
         dst = dst.expand_dim(1)
     P, T, B = dst.shape
     pmax = nl.tile_size.pmax
     expect(P <= pmax, "dst", f"at most {pmax} partitions (channels per tile)", P)
     W3 = _weight_view(W, hidden_T, dst, 2, col0, T * P, f"{T}*{P}")
-    chunks = _token_chunks(B)
     tiles = _group_columns(B, P) // P
+    groups = []
     for t0 in range(0, T, tiles):
-        _columns_group(dst[:, t0:t0 + min(tiles, T - t0), :], hidden_T, W3, col0 + t0 * P, chunks)
+        groups.append((dst[:, t0:t0 + min(tiles, T - t0), :], col0 + t0 * P))
+    return W3, groups
 
 
 def _weight_view(W, hidden_T, dst, batch_dim, col0, n, n_text):
@@ -196,13 +238,13 @@ def _group_columns(B, P):
     return banks * nl.tile_size.psum_bank_fmax // P * P
 
 
-def _accumulate(hidden_T, W3, c0, width, chunks):
+def _accumulate(hidden_T, W3, c0, width, chunks, loads=None):
     """The fp32 sums hidden @ W[:, c0:c0 + width] of every token chunk, in PSUM.
 
     Returns accs: accs[i][j] is the [tokens of chunk i, <= 512] bank of columns c0 + 512 * j ...
-    The weight columns stream once, in row chunks of at most WEIGHT_DMA_BYTES per partition.
+    The weight columns stream once, in row chunks of at most WEIGHT_DMA_BYTES per partition; each
+    chunk's DMA is issued just before its matmuls unless `loads` holds the chunks already issued.
     """
-    KT = W3.shape[1]
     fmax = nl.tile_size.psum_bank_fmax
     accs = []
     for chunk in chunks:
@@ -211,14 +253,15 @@ def _accumulate(hidden_T, W3, c0, width, chunks):
             banks.append(nl.ndarray((chunk[1], min(fmax, width - n0)), dtype=nl.float32,
                                     buffer=nl.psum))
         accs.append(banks)
-    # Row chunks of at most WEIGHT_DMA_BYTES per partition, balanced (sizes differ by <= 1 row).
-    n_chunks = -(-KT // max(1, min(KT, WEIGHT_DMA_BYTES // (width * BF16_BYTES))))
+    n_chunks = _chunk_count(W3.shape[1], width)
     for i in range(n_chunks):
-        kt0 = i * KT // n_chunks
-        g = (i + 1) * KT // n_chunks - kt0
-        w_sb = nl.ndarray((nl.tile_size.pmax, g, width), dtype=W3.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=w_sb, src=W3[:, kt0:kt0 + g, c0:c0 + width])
-        for j in range(g):
+        if loads is None:
+            load = _weight_chunk(W3, c0, width, i, n_chunks)
+            issue_loads([load])
+        else:
+            load = loads[i]
+        w_sb, _, kt0 = load
+        for j in range(w_sb.shape[1]):
             kt = kt0 + j
             for c in range(len(accs)):
                 b0, bb = chunks[c]
@@ -228,6 +271,21 @@ def _accumulate(hidden_T, W3, c0, width, chunks):
                                    moving=w_sb[:, j, k * fmax:k * fmax + acc.shape[1]],
                                    accumulate=(kt > 0))
     return accs
+
+
+def _chunk_count(KT, width):
+    """Row chunks of a column group: at most WEIGHT_DMA_BYTES per partition each."""
+    return -(-KT // max(1, min(KT, WEIGHT_DMA_BYTES // (width * BF16_BYTES))))
+
+
+def _weight_chunk(W3, c0, width, i, n_chunks):
+    """Row chunk i of n_chunks of columns c0 .. c0 + width - 1 (balanced: sizes differ by <= 1
+    row), not issued: (its SBUF tile, its rows of W3, its first row tile)."""
+    KT = W3.shape[1]
+    kt0 = i * KT // n_chunks
+    g = (i + 1) * KT // n_chunks - kt0
+    w_sb = nl.ndarray((nl.tile_size.pmax, g, width), dtype=W3.dtype, buffer=nl.sbuf)
+    return (w_sb, W3[:, kt0:kt0 + g, c0:c0 + width], kt0)
 
 
 def _evict_banks(dst, banks):
@@ -253,12 +311,12 @@ def _rows_group(dst, hidden_T, W3, c0, chunks):
             _evict_banks(dst[b0:b0 + bb, :], accs[c])
 
 
-def _columns_group(dst, hidden_T, W3, c0, chunks):
+def _columns_group(dst, hidden_T, W3, c0, chunks, loads):
     """One column group of `project_columns`: dst [P, nt, B] channel-major, via fp32 row-major
-    sums."""
+    sums; loads: the group's weight chunks already issued, or None."""
     P, nt, _ = dst.shape
     width = nt * P
-    accs = _accumulate(hidden_T, W3, c0, width, chunks)
+    accs = _accumulate(hidden_T, W3, c0, width, chunks, loads)
     for c in range(len(accs)):
         b0, bb = chunks[c]
         sums = nl.ndarray((bb, width), dtype=nl.float32, buffer=nl.sbuf)     # row-major, exact

@@ -91,14 +91,16 @@ ENTRIES = _STAGE_ENTRIES + (
     _step(3, "3_onchip", "kernels.steps:gdn_block_tkg_onchip", "intermediates stay on chip"),
     _step(4, "4_gqa_index", "kernels.steps:gdn_block_tkg_gqa_index",
           "GQA by indexing, no copy"),
-    _step(5, "5_fused", "kernels.gdn_block:gdn_block_tkg",
+    _step(5, "5_fused", "kernels.steps:gdn_block_tkg_z_queued",
           "z after the recurrence when its weights outweigh the state: "
           "they stream under the compute"),
     _step(6, "6_lnc2", "kernels.steps:gdn_block_tkg_whole_qk",
           "heads split across the two NeuronCores of an LNC=2 launch", lnc=2),
-    _step(7, "7_qk_slices", "kernels.gdn_block:gdn_block_tkg",
+    _step(7, "7_qk_slices", "kernels.steps:gdn_block_tkg_z_queued",
           "each core projects only its own key heads' q | k columns, where the runs stream well",
           lnc=2),
+    _step(8, "8_z_early", "kernels.gdn_block:gdn_block_tkg",
+          "z's weight DMAs issued inside the recurrence, ahead of its state stores"),
 )
 BY_NAME = {e.name: e for e in ENTRIES}
 STEPS = tuple(e for e in ENTRIES if e.step is not None)

@@ -1,15 +1,19 @@
-"""The composition ladder: the entry points of composition steps 0 to 4 and 6, each with its number.
+"""The composition ladder: the entry points of composition steps 0 to 7, each with its number.
 
 Every step runs the whole decode step with the arguments and results of `gdn_block_tkg`, which is
-step 5 (`kernels/gdn_block.py`), and step 7 on an LNC=2 launch grid (`gdn_block_tkg[2]`).
+step 8 (`kernels/gdn_block.py`).
 
   0  gdn_block_staged          the five stage kernels, five launches, activations through HBM
   1  gdn_block_staged_tkg      stages 4 and 5 fused into `gdn_tkg`: four launches
   2  gdn_block_tkg_scratch     one kernel, the stages' HBM bodies chained through HBM scratch
   3  gdn_block_tkg_onchip      intermediates on chip; q and k copied to the value heads
   4  gdn_block_tkg_gqa_index   GQA by indexing: value head h reads key head h // G, no copy
+  5  gdn_block_tkg_z_queued    z projected after the recurrence when that overlaps its weights
+                               with the state stream; its weight DMAs queued with the matmuls
   6  gdn_block_tkg_whole_qk    launched as gdn_block_tkg_whole_qk[2]: heads split over two cores,
                                each projecting q | k whole
+  7  gdn_block_tkg_z_queued    launched as gdn_block_tkg_z_queued[2]: each core projects only its
+                               own key heads' q | k columns
 
 Steps 0 and 1 are host code: each launch is a standalone `@nki.jit` kernel reading and writing HBM.
 """
@@ -111,7 +115,7 @@ def gdn_block_tkg_onchip(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, 
     with the other projections. Arguments and results as gdn_block_tkg."""
     return gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
                           dt_bias, norm_weight, recurrent_state, gqa_by_index=False, place_z=False,
-                          qk_slices=False)
+                          qk_slices=False, z_early=False)
 
 
 @nki.jit
@@ -121,7 +125,7 @@ def gdn_block_tkg_gqa_index(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weigh
     Arguments and results as gdn_block_tkg."""
     return gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
                           dt_bias, norm_weight, recurrent_state, gqa_by_index=True, place_z=False,
-                          qk_slices=False)
+                          qk_slices=False, z_early=False)
 
 
 @nki.jit
@@ -131,4 +135,15 @@ def gdn_block_tkg_whole_qk(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight
     every program. Arguments and results as gdn_block_tkg."""
     return gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
                           dt_bias, norm_weight, recurrent_state, gqa_by_index=True, place_z=True,
-                          qk_slices=False)
+                          qk_slices=False, z_early=False)
+
+
+@nki.jit
+def gdn_block_tkg_z_queued(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state,
+                           A_log, dt_bias, norm_weight, recurrent_state):
+    """Steps 5 and 7 (launched on an LNC=2 grid): `gdn_block_tkg`'s body with z's weight DMAs
+    issued with its matmuls, after the recurrence's state stores. Arguments and results as
+    gdn_block_tkg."""
+    return gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
+                          dt_bias, norm_weight, recurrent_state, gqa_by_index=True, place_z=True,
+                          qk_slices=True, z_early=False)

@@ -23,7 +23,8 @@ from kernels.gdn_block import gdn_block_tkg
 from kernels.reference import gdn_block_tkg_ref, make_inputs, pipeline_inputs, to_torch
 from kernels.registry import ENTRIES
 from kernels.steps import (gdn_block_staged, gdn_block_staged_tkg, gdn_block_tkg_gqa_index,
-                           gdn_block_tkg_onchip, gdn_block_tkg_scratch, gdn_block_tkg_whole_qk)
+                           gdn_block_tkg_onchip, gdn_block_tkg_scratch, gdn_block_tkg_whole_qk,
+                           gdn_block_tkg_z_queued)
 from nkicpu import Kernel, NkiValidationError
 
 BF16 = ml_dtypes.bfloat16
@@ -233,8 +234,10 @@ STEPS = {                                   # the composition steps, in book ord
     "scratch": nki.simulate(gdn_block_tkg_scratch),
     "onchip": nki.simulate(gdn_block_tkg_onchip),
     "gqa_index": nki.simulate(gdn_block_tkg_gqa_index),
+    "z_queued": nki.simulate(gdn_block_tkg_z_queued),
     "lnc2": nki.simulate(gdn_block_tkg_whole_qk[2]),
-    "qk_slices": nki.simulate(gdn_block_tkg[2]),
+    "qk_slices": nki.simulate(gdn_block_tkg_z_queued[2]),
+    "z_early": nki.simulate(gdn_block_tkg),
 }
 
 

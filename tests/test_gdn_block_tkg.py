@@ -19,7 +19,8 @@ from kernels.configs import TEST_SHARDS, GDNShape, model_shard
 from kernels.gdn_block import gdn_block_tkg
 from kernels.in_proj import MIN_SLICE_RUN_BYTES
 from kernels.steps import (gdn_block_staged, gdn_block_staged_tkg, gdn_block_tkg_gqa_index,
-                           gdn_block_tkg_onchip, gdn_block_tkg_scratch, gdn_block_tkg_whole_qk)
+                           gdn_block_tkg_onchip, gdn_block_tkg_scratch, gdn_block_tkg_whole_qk,
+                           gdn_block_tkg_z_queued)
 from kernels.reference import gdn_block_tkg_ref, make_inputs, to_numpy, to_torch
 from tests.gdn_float64 import np_block
 from tests.gdn_testing import (assert_bit_exact, assert_output_close, assert_state_close, f64, run_unmodified,
@@ -33,9 +34,10 @@ VERSIONS = {                                # the composition steps, in book ord
     "scratch": nki.simulate(gdn_block_tkg_scratch),
     "onchip": nki.simulate(gdn_block_tkg_onchip),
     "gqa_index": nki.simulate(gdn_block_tkg_gqa_index),
-    "fused": nki.simulate(gdn_block_tkg),
+    "z_queued": nki.simulate(gdn_block_tkg_z_queued),
     "lnc2": nki.simulate(gdn_block_tkg_whole_qk[2]),   # heads split across the programs of a grid
-    "qk_slices": nki.simulate(gdn_block_tkg[2]),       # ... each projecting its own q | k columns
+    "qk_slices": nki.simulate(gdn_block_tkg_z_queued[2]),   # ... each projecting its own q | k
+    "fused": nki.simulate(gdn_block_tkg),              # z's weight DMAs ahead of the state stores
 }
 
 TINY = [
@@ -84,6 +86,36 @@ def test_fused_matches_reference(shape):
 def test_composition_steps_match_reference(version, shape):
     x = make_inputs(shape, seed=1)
     check(run(version, x), x)
+
+
+def _first_z_load_and_state_store(c, core):
+    """Program positions, on one core, of the first DMA reading W_in_z and the first writing the
+    new recurrent state."""
+    w_z = c.arguments[2]
+    dmas = [i for i in c.instructions if i.engine == "dma" and i.core == core]
+    z = [i.index for i in dmas if any(a.alloc == w_z for a in i.reads)]
+    state = [i.index for i in dmas
+             if any(c.allocations[a.alloc].name == "new_recurrent_state" for a in i.writes)]
+    return z[0], state[0]
+
+
+@pytest.mark.parametrize("lnc", [1, 2])
+@shapes_param([SHARDS[0], SHARDS[4]])
+def test_z_early_moves_only_z_weight_loads(lnc, shape):
+    """At B = 1 z is projected after the recurrence. Step 8 (gdn_block_tkg) issues its weight DMAs
+    before the first state store, steps 5 and 7 after; the results are the same bit for bit."""
+    x = make_inputs(shape, seed=2)
+    queued, early = gdn_block_tkg_z_queued, gdn_block_tkg
+    if lnc == 2:
+        queued, early = queued[2], early[2]
+    before, after = nkicpu.capture(queued)(*x.values()), nkicpu.capture(early)(*x.values())
+    for core in range(lnc):
+        z, store = _first_z_load_and_state_store(before, core)
+        assert z > store
+        z, store = _first_z_load_and_state_store(after, core)
+        assert z < store
+    for got, want in zip(after.outputs, before.outputs):
+        assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
 
 
 # --- edge cases (book/gdn/math.md) -------------------------------------------------------------
