@@ -193,6 +193,12 @@ def _regions(capture):
     return {alloc: (info.buffer, info.region) for alloc, info in capture.allocations.items() if info.region}
 
 
+def capture_slots(capture, band=costs.LIKELY):
+    """The cost model's schedule of a capture in one band: a slot per instruction (slot k is
+    instruction k) with lane, start_us and end_us, then the work the record does not show."""
+    return schedule(capture.instructions, _shapes(capture), band=band, regions=_regions(capture))
+
+
 def profile_capture(capture):
     """Schedule a `nkicpu.Capture` with the trn2 cost model."""
     return profile_instructions(capture.instructions, _shapes(capture), capture.outputs, _regions(capture))
@@ -292,7 +298,7 @@ def core_parts(capture, band=costs.LIKELY):
     """`dma_parts` of every physical core of a launch, by program id, plus its "total". Each core
     has its own DMA queues and bandwidth (`nkicpu.schedule`, rule 5), so its time splits on its
     own: its total is when its last instruction ends, its bytes those its own DMAs move."""
-    slots = schedule(capture.instructions, _shapes(capture), band=band, regions=_regions(capture))
+    slots = capture_slots(capture, band)
     parts = []
     for core in range(core_count(capture.instructions)):
         # a work slot's index is the instruction it was done for, so it counts on that one's core

@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures"
 FIXTURE_LABEL = "hand-made fixture from the documented schema (not a capture)"
 SMALL = ["--config", "Qwen3.5-0.8B-TP8", "--batch", "1"]   # nk = nv = 2: LNC=2 splits the heads
-SUBSET = "in_proj,5_fused,6_lnc2"
+SUBSET = "in_proj,8_z_early,6_lnc2"
 
 
 @pytest.mark.skipif(kernels.NKI_BACKEND != "nkicpu", reason="the --cpu report runs the CPU model")
@@ -88,9 +88,9 @@ def test_the_command_lines_on_a_device(tmp_path):
     assert command == on_trn.kernel_command("6_lnc2", "Qwen3.5-0.8B-TP8", 1, 0, tmp_path / "6_lnc2")
     assert env == on_trn.kernel_env(2, tmp_path / "6_lnc2" / on_trn.INSPECT_DIR)
     command, env = fc.kernel_step(args, fc.PROFILED)
-    assert command == [sys.executable, "-m", "benchmarks.on_trn", "5_fused", "--config",
+    assert command == [sys.executable, "-m", "benchmarks.on_trn", fc.PROFILED, "--config",
                        "Qwen3.5-0.8B-TP8", "--batch", "1", "--seed", "0", "--out", str(tmp_path),
-                       "--work", str(tmp_path / "5_fused"), "--timeout", "1800"]
+                       "--work", str(tmp_path / fc.PROFILED), "--timeout", "1800"]
     assert env["NKICPU"] == "0"
     command, env = fc.sweep_step(args)
     assert command == [sys.executable, "-m", "benchmarks.sweep", "--stages", ",".join(fc.KERNELS),
@@ -136,7 +136,7 @@ def test_the_profiled_kernel_on_a_device_reports_the_measured_time(tmp_path, mon
         record = {"ok": True, "error": None, "check": [], "backend": "neuron-sdk",
                   "launch": "kernel"}
         (work / on_trn.KERNEL_RUN).write_text(json.dumps(record))
-        on_trn.write_events(tmp_path / f"5_fused{on_trn.EVENTS_SUFFIX}", events,
+        on_trn.write_events(tmp_path / f"{fc.PROFILED}{on_trn.EVENTS_SUFFIX}", events,
                             label=FIXTURE_LABEL, measured_total_us=42.0,
                             capture={"explorer_summary": {"total_time": 4.2e-05}})
         return subprocess.CompletedProcess(command, 0, "wrote it", "")
@@ -147,4 +147,4 @@ def test_the_profiled_kernel_on_a_device_reports_the_measured_time(tmp_path, mon
     assert calls == [fc.kernel_step(args, fc.PROFILED)[0]]
     assert entry["ok"] and entry["measured"]["total_us"] == 42.0
     assert entry["measured"]["label"] == FIXTURE_LABEL
-    assert (tmp_path / "5_fused" / "runner.log").read_text().startswith("# exit 0")
+    assert (tmp_path / fc.PROFILED / "runner.log").read_text().startswith("# exit 0")

@@ -22,7 +22,7 @@ from kernels.configs import model_shard
 from kernels.reference import gdn_block_tkg_ref, pipeline_inputs, to_numpy, to_torch
 from kernels.registry import BLOCK_ARGS, BLOCK_OUTPUTS, BY_NAME, STEPS
 from nkicpu import costs
-from nkicpu.profile import MODELED, core_parts, profile_capture
+from nkicpu.profile import MODELED, capture_slots, core_parts, profile_capture
 
 
 @lru_cache(maxsize=None)
@@ -157,6 +157,40 @@ def input_reads(capture):
     name = {capture.arguments[k]: arg for k, arg in enumerate(BLOCK_ARGS)}
     return {i.index: name[a.alloc] for i in capture.instructions if i.engine == "dma"
             for a in i.reads if a.alloc in name}
+
+
+def z_and_state(run):
+    """z's weight loads and the new state's stores, as events of a single-launch step's likely
+    timeline (`Launch.profile`)."""
+    reads, cap = input_reads(run.capture), run.capture
+    alloc_names = {a: info.name for a, info in cap.allocations.items()}
+    events = run.profile.events[:run.profile.instructions]
+    z = [e for e in events if reads.get(e["args"]["index"]) == "W_in_z"]
+    stores = [e for e, ins in zip(events, cap.instructions)
+              if ins.engine == "dma" and alloc_names.get(ins.writes[0].alloc) == "new_recurrent_state"]
+    return z, stores
+
+
+def z_tail(capture, band):
+    """Where the time goes after the recurrence of a single-launch step that projects z after it,
+    µs in one band of the cost model: when z's weights have landed ("landed"), when the
+    recurrence's last TensorE instruction ends ("recurrence"), z's matmuls' TensorE time
+    ("matmuls"), the kernel's end after z's last matmul ("chain"), the total, and the least total
+    with z's matmuls after the recurrence's on TensorE ("floor": recurrence + matmuls + chain)."""
+    slots = capture_slots(capture, band)
+    reads = input_reads(capture)
+    loads = [i for i in reads if reads[i] == "W_in_z"]
+    tiles = {capture.instructions[i].writes[0].alloc for i in loads}
+    matmuls = [ins.index for ins in capture.instructions
+               if ins.engine != "dma" and any(a.alloc in tiles for a in ins.reads)]
+    lane = slots[matmuls[0]].lane
+    t = {"landed": max(slots[i].end_us for i in loads),
+         "recurrence": max(s.end_us for s in slots[:matmuls[0]] if s.lane == lane),
+         "matmuls": sum(slots[i].end_us - slots[i].start_us for i in matmuls),
+         "total": max(s.end_us for s in slots)}
+    t["chain"] = t["total"] - max(slots[i].end_us for i in matmuls)
+    t["floor"] = t["recurrence"] + t["matmuls"] + t["chain"]
+    return t
 
 
 # --- the tables of the part -----------------------------------------------------------------------
