@@ -18,7 +18,7 @@ The cost is the DMA runs: a pair's row is 512 B in HBM (the fold of delta_rule_s
 import nki.isa as nisa
 import nki.language as nl
 
-from .delta_rule_state import PMAX, QUADRANT, STATE_BUFFERS
+from .delta_rule_state import PMAX, QUADRANT, STATE_BUFFERS, sub_chunks
 
 SUB_PAIRS = 32      # pairs per sub-chunk: [dk, 32, dv] fp32 is 16 KiB per partition at dv = 128
 DMA_PAIRS = 8       # pairs per state DMA: four DMAs per sub-chunk each way, one per queue
@@ -28,13 +28,7 @@ GROUP = PMAX // QUADRANT   # pairs whose outer-product rows share one transpose 
 def pair_steps(B, nv):
     """The sub-chunks in stream order: (b0, bc, s0, mc) = pairs s0 .. s0+mc-1 of the chunk of
     batch rows b0 .. b0+bc-1 (max(1, 128 // nv) rows, chunk pair p = bi * nv + h)."""
-    rows = max(1, PMAX // nv)
-    steps = []
-    for b0 in range(0, B, rows):
-        bc = min(rows, B - b0)
-        for s0 in range(0, bc * nv, SUB_PAIRS):
-            steps.append((b0, bc, s0, min(SUB_PAIRS, bc * nv - s0)))
-    return steps
+    return sub_chunks(B, nv, SUB_PAIRS)
 
 
 def pair_ring(dk, dv, steps):

@@ -119,8 +119,13 @@ def stream_steps(B, nv, fold):
     SUB_CHUNK_PAIRS (unfolded, F = 1, 128 pairs' decay diagonals alone would take 64 KiB of SBUF
     per partition, more than is left beside the rest at B >= 16)."""
     F, R = fold
+    return sub_chunks(B, nv, min((PMAX // F) // R * R, SUB_CHUNK_PAIRS))
+
+
+def sub_chunks(B, nv, m):
+    """(b0, bc, s0, mc) in stream order: pairs s0 .. s0+mc-1 (mc <= m) of the chunk of batch rows
+    b0 .. b0+bc-1 (max(1, 128 // nv) rows, chunk pair p = bi * nv + h)."""
     rows = max(1, PMAX // nv)
-    m = min((PMAX // F) // R * R, SUB_CHUNK_PAIRS)
     steps = []
     for b0 in range(0, B, rows):
         bc = min(rows, B - b0)

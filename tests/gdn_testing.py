@@ -6,8 +6,11 @@ home: tests, notebooks, the sweep and the trn runner all judge with it).
 import numpy as np
 import pytest
 
+import kernels  # noqa: F401  registers `nki`
+import nki
 from kernels.accuracy import EXACT, OUTPUT, STATE, assert_close, cosine, f64  # noqa: F401 (re-exported)
 from kernels.configs import TEST_SHARDS, GDNShape
+from kernels.registry import STEPS
 
 TINY_SHAPES = [
     GDNShape(B=1, H=128, nk=1, nv=1, dk=16, dv=16, name="tiny G1"),
@@ -16,6 +19,16 @@ TINY_SHAPES = [
     GDNShape(B=1, H=256, nk=2, nv=8, dk=32, dv=32, K=3, name="tiny G4 K3"),
 ]
 SHARD_SHAPES = [s.with_batch(B) for s in TEST_SHARDS for B in (1, 3, 8)]
+
+
+def composition_steps():
+    """Every composition step of the registry, by name in book order, as a callable taking and
+    returning NumPy arrays: a host pipeline as it is, a kernel through nki.simulate."""
+    steps = {}
+    for e in STEPS:
+        kernel = e.load_kernel()
+        steps[e.name] = kernel if e.launches else nki.simulate(kernel)
+    return steps
 
 
 def shape_id(shape):

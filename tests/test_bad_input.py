@@ -22,10 +22,8 @@ from kernels.configs import GDNShape
 from kernels.gdn_block import gdn_block_tkg
 from kernels.reference import gdn_block_tkg_ref, make_inputs, pipeline_inputs, to_torch
 from kernels.registry import ENTRIES
-from kernels.steps import (gdn_block_staged, gdn_block_staged_tkg, gdn_block_tkg_gqa_index,
-                           gdn_block_tkg_onchip, gdn_block_tkg_scratch, gdn_block_tkg_whole_qk,
-                           gdn_block_tkg_z_queued)
 from nkicpu import Kernel, NkiValidationError
+from tests.gdn_testing import composition_steps
 
 BF16 = ml_dtypes.bfloat16
 
@@ -228,17 +226,7 @@ BAD_INPUTS = {
                 r"W_in_a: expected shape \[H, 4\] = \[256, 4\], got \[256, 3\]"),
 }
 
-STEPS = {                                   # the composition steps, in book order
-    "staged": gdn_block_staged,
-    "staged_tkg": gdn_block_staged_tkg,
-    "scratch": nki.simulate(gdn_block_tkg_scratch),
-    "onchip": nki.simulate(gdn_block_tkg_onchip),
-    "gqa_index": nki.simulate(gdn_block_tkg_gqa_index),
-    "z_queued": nki.simulate(gdn_block_tkg_z_queued),
-    "lnc2": nki.simulate(gdn_block_tkg_whole_qk[2]),
-    "qk_slices": nki.simulate(gdn_block_tkg_z_queued[2]),
-    "z_early": nki.simulate(gdn_block_tkg),
-}
+STEPS = composition_steps()                 # the composition steps, in book order
 
 
 @pytest.mark.parametrize("case", list(BAD_INPUTS))

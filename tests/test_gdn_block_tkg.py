@@ -18,27 +18,17 @@ import nkicpu
 from kernels.configs import TEST_SHARDS, GDNShape, model_shard
 from kernels.gdn_block import gdn_block_tkg
 from kernels.in_proj import MIN_SLICE_RUN_BYTES
-from kernels.steps import (gdn_block_staged, gdn_block_staged_tkg, gdn_block_tkg_gqa_index,
-                           gdn_block_tkg_onchip, gdn_block_tkg_scratch, gdn_block_tkg_whole_qk,
-                           gdn_block_tkg_z_queued)
+from kernels.steps import gdn_block_tkg_whole_qk, gdn_block_tkg_z_queued
 from kernels.reference import gdn_block_tkg_ref, make_inputs, to_numpy, to_torch
 from tests.gdn_float64 import np_block
-from tests.gdn_testing import (assert_bit_exact, assert_output_close, assert_state_close, f64, run_unmodified,
-                               rel_rmse, shapes_param)
+from kernels.registry import BY_NAME
+from tests.gdn_testing import (assert_bit_exact, assert_output_close, assert_state_close, composition_steps, f64,
+                               rel_rmse, run_unmodified, shapes_param)
 
 BF16 = ml_dtypes.bfloat16
 
-VERSIONS = {                                # the composition steps, in book order
-    "staged": gdn_block_staged,
-    "staged_tkg": gdn_block_staged_tkg,
-    "scratch": nki.simulate(gdn_block_tkg_scratch),
-    "onchip": nki.simulate(gdn_block_tkg_onchip),
-    "gqa_index": nki.simulate(gdn_block_tkg_gqa_index),
-    "z_queued": nki.simulate(gdn_block_tkg_z_queued),
-    "lnc2": nki.simulate(gdn_block_tkg_whole_qk[2]),   # heads split across the programs of a grid
-    "qk_slices": nki.simulate(gdn_block_tkg_z_queued[2]),   # ... each projecting its own q | k
-    "fused": nki.simulate(gdn_block_tkg),              # z's weight DMAs ahead of the state stores
-}
+VERSIONS = composition_steps()               # the composition steps, in book order
+FUSED = nki.simulate(gdn_block_tkg)             # the shipped kernel: the last single-core step
 
 TINY = [
     GDNShape(B=1, H=128, nk=1, nv=1, dk=16, dv=16, K=2, name="tiny G1 K2"),
@@ -78,10 +68,11 @@ def check(got, x, state_rel_rmse=None):
 @shapes_param(TINY + SHARDS)
 def test_fused_matches_reference(shape):
     x = make_inputs(shape, seed=shape.B)
-    check(run("fused", x), x)
+    check(FUSED(*x.values()), x)
 
 
-@pytest.mark.parametrize("version", [v for v in VERSIONS if v != "fused"])
+@pytest.mark.parametrize("version", [v for v in VERSIONS if BY_NAME[v].kernel != "kernels.gdn_block:gdn_block_tkg"
+                                     or BY_NAME[v].lnc > 1])
 @shapes_param([TINY[2], SHARDS[1], SHARDS[6], SHARDS[11]])
 def test_composition_steps_match_reference(version, shape):
     x = make_inputs(shape, seed=1)
@@ -133,14 +124,14 @@ def _one_hot_hidden(shape, **overrides):
 def test_fresh_sequence_zero_states():
     shape = EDGE
     x = make_inputs(shape, seed=4, conv_state=0.0, recurrent_state=0.0)
-    out, conv_state, state = run("fused", x)
+    out, conv_state, state = FUSED(*x.values())
     check((out, conv_state, state), x)
 
 
 def test_all_zero_gives_exact_zeros():
     """hidden = 0 and zero states: q = k = v = 0, l2norm gives 0 (eps inside the sqrt), out = 0."""
     x = make_inputs(EDGE, seed=5, hidden=0.0, conv_state=0.0, recurrent_state=0.0)
-    out, conv_state, state = run("fused", x)
+    out, conv_state, state = FUSED(*x.values())
     assert (f64(out) == 0).all() and (f64(conv_state) == 0).all() and (state == 0).all()
 
 
@@ -150,7 +141,7 @@ def test_softplus_extremes_and_decay_underflow():
     x = make_inputs(EDGE, seed=6, W_in_a=0.0,
                     dt_bias=np.array([-100, -20, 0, 19.9, 20, 20.1, 30, 100], np.float32),
                     A_log=np.array([0, np.log(16.0), 5, 10, 0, 20, 40, 80], np.float32))
-    out, conv_state, state = run("fused", x)
+    out, conv_state, state = FUSED(*x.values())
     assert np.isfinite(state).all()
     check((out, conv_state, state), x)
 
@@ -161,14 +152,14 @@ def test_beta_extremes():
     W_in_b = np.zeros((shape.H, shape.nv), np.float32)
     W_in_b[0] = np.where(np.arange(shape.nv) % 2 == 0, 20.0, -20.0)
     x = _one_hot_hidden(shape, W_in_b=W_in_b)
-    check(run("fused", x), x)
+    check(FUSED(*x.values()), x)
 
 
 def test_large_magnitudes():
     """hidden ~ 100 N(0, 1): projections of ~1e2, l2norm and RMSNorm sums of ~1e6 in fp32."""
     x = make_inputs(EDGE, seed=7)
     x["hidden"] = (100 * x["hidden"].astype(np.float32)).astype(BF16)
-    check(run("fused", x), x, state_rel_rmse=2 ** -8)
+    check(FUSED(*x.values()), x, state_rel_rmse=2 ** -8)
 
 
 CHAIN_SHAPE = GDNShape(B=1, H=128, nk=1, nv=2, dk=16, dv=16, name="chain")
