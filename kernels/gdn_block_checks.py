@@ -8,6 +8,8 @@ import nki.language as nl
 from .checks import expect, expect_dtype, expect_rank
 from .conv1d_decode import K_MAX, K_MIN
 
+MAX_TOKENS = 8    # tokens per sequence a verify step carries (speculative decoding drafts)
+
 
 def block_dims(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log, dt_bias,
                norm_weight, recurrent_state):

@@ -15,7 +15,8 @@ stacks' fp32 beta, as the book's GDN chapter (book/gdn/math.md) sets them out:
 5. `rmsnorm_gated_ref`    RMSNorm over dv with a plain weight, times silu(z); fp32 math, one bf16
                           rounding
 
-`gdn_block_tkg_ref` composes them with the fused kernel's signature. Results are rounded to bf16
+`gdn_block_tkg_ref` composes them with the fused kernel's signature. `gdn_block_tkg_verify_ref` runs
+T tokens per sequence (the speculative-decoding verify step) and keeps the states after each token. Results are rounded to bf16
 exactly where that chapter's "Dtypes at each point" says, so a kernel that mirrors those points agrees up to
 accumulation order. Inputs are never modified; new states are returned.
 
@@ -29,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from .configs import GDNShape
-from .gdn_block_checks import block_dims
+from .gdn_block_checks import MAX_TOKENS, block_dims
 from .registry import BLOCK_ARGS
 
 L2NORM_EPS = 1e-6        # l2norm(x) = x * rsqrt(sum(x^2) + eps), on q and k
@@ -201,7 +202,14 @@ def gdn_block_tkg_ref(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, con
     shapes, with a ValueError.
     Returns out [B, 1, value_dim] bf16, new conv_state [B, conv_dim, K] bf16,
     new recurrent_state [B, nv, dk, dv] fp32.
+    hidden [B, T, H] with T > 1 runs `gdn_block_tkg_verify_ref`: out [B, T, value_dim] and the
+    states after the last token.
     """
+    if hidden.dim() == 3 and hidden.shape[1] != 1:
+        out, conv_states, states = gdn_block_tkg_verify_ref(
+            hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log, dt_bias,
+            norm_weight, recurrent_state)
+        return out, conv_states[:, -1], states[:, -1]
     try:
         _, _, nk, _, dk, dv, _ = block_dims(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight,
                                             conv_state, A_log, dt_bias, norm_weight, recurrent_state)
@@ -213,6 +221,46 @@ def gdn_block_tkg_ref(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, con
     o, new_recurrent_state = gated_delta_rule_ref(q, k, v, a, b, A_log, dt_bias, recurrent_state)
     out = rmsnorm_gated_ref(o, z, norm_weight)
     return out, new_conv_state, new_recurrent_state
+
+
+def gdn_block_tkg_verify_ref(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state,
+                             A_log, dt_bias, norm_weight, recurrent_state):
+    """T tokens per sequence in one step, the states after every token kept: the verify step of
+    speculative decoding, which keeps an accepted prefix of T draft tokens.
+
+    hidden [B, T, H] bf16 with 1 <= T <= MAX_TOKENS; the other arguments as `gdn_block_tkg_ref`.
+    Token t's conv window is the last K columns of [conv_state, x_0 .. x_t]; the recurrence runs
+    token by token. Stages 1 and 2 take the T tokens at once (one GEMM; the windows cut from one
+    column sequence), stages 3 to 5 run per token.
+    Returns out [B, T, value_dim] bf16, conv_states [B, T, conv_dim, K] bf16 (the window after
+    each token) and recurrent_states [B, T, nv, dk, dv] fp32 (the state after each token).
+    """
+    _check_rank("hidden", hidden, "[B, T, H]")
+    B, T, H = hidden.shape
+    if not 1 <= T <= MAX_TOKENS:
+        _fail("hidden", f"1 to {MAX_TOKENS} tokens per sequence, shape [B, T, H]",
+              f"shape {tuple(hidden.shape)}")
+    try:    # every other dim: the kernels' check, on the first token
+        _, _, nk, _, dk, dv, K = block_dims(hidden[:, :1], W_in_qkv, W_in_z, W_in_a, W_in_b,
+                                            conv_weight, conv_state, A_log, dt_bias, norm_weight,
+                                            recurrent_state)
+    except AssertionError as e:
+        raise ValueError(str(e)) from None
+    x = hidden.float().reshape(B * T, H)
+    mixed_qkv, z, a, b = ((x @ W.float()).to(BF16).reshape(B, T, -1)
+                          for W in (W_in_qkv, W_in_z, W_in_a, W_in_b))
+    # the K + T columns [conv_state, x_0 .. x_T-1]; token t's window is columns t + 1 .. t + K
+    columns = torch.cat([conv_state.to(BF16), mixed_qkv.transpose(1, 2)], dim=-1)
+    windows = columns.unfold(2, K, 1)[:, :, 1:]                             # [B, conv_dim, T, K]
+    conv_out = F.silu((windows.float() * conv_weight.float()[:, None, :]).sum(-1)).to(BF16)
+    outs, states = [], []
+    state = recurrent_state
+    for t in range(T):
+        q, k, v = gqa_repeat_ref(conv_out[:, :, t], nk, dk, dv)
+        o, state = gated_delta_rule_ref(q, k, v, a[:, t], b[:, t], A_log, dt_bias, state)
+        outs.append(rmsnorm_gated_ref(o, z[:, t], norm_weight))
+        states.append(state)
+    return torch.cat(outs, dim=1), windows.transpose(1, 2).contiguous(), torch.stack(states, dim=1)
 
 
 # --- helpers ----------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ import kernels  # noqa: E402
 import nki  # noqa: E402
 from kernels.accuracy import HF_OUTPUT_SCALE, OUTPUT_COSINE  # noqa: E402
 from kernels.hf_weights import gdn_weights  # noqa: E402
-from kernels.reference import to_numpy  # noqa: E402
+from kernels.reference import gdn_block_tkg_verify_ref, to_numpy, to_torch  # noqa: E402
 from tests.gdn_testing import (assert_bit_exact, assert_output_close, assert_state_close, cosine,  # noqa: E402
                                f64)
 
@@ -120,6 +120,28 @@ def test_decode_step_matches_transformers(model):
     # The new column is bf16(hidden @ W_in_qkv): fp32 sums in another order may round to the next bf16.
     assert_output_close(np.ascontiguousarray(new_conv[..., -1]), np.ascontiguousarray(want_conv[..., -1]),
                         "conv_state new column")
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_verify_reference_matches_transformers_token_by_token(model):
+    """The torch reference's T-token step against transformers' module run one cached token at a
+    time, each token's states fed to the next: every token's output and states."""
+    T = 4
+    config, module = make_module(model)
+    _, conv_state, recurrent_state = decode_inputs()
+    hidden = torch.randn(B, T, H, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)
+    w = {name: to_torch(x) for name, x in gdn_weights(module).items()}
+    out, conv_states, states = gdn_block_tkg_verify_ref(
+        hidden, w["W_in_qkv"], w["W_in_z"], w["W_in_a"], w["W_in_b"], w["conv_weight"], conv_state,
+        w["A_log"], w["dt_bias"], w["norm_weight"], recurrent_state)
+    conv, state = conv_state, recurrent_state
+    for t in range(T):
+        want_out, conv, state = hf_decode_step(config, module, hidden[:, t:t + 1], conv, state)
+        got, want = to_numpy(out[:, t]), to_numpy(want_out[:, 0])
+        assert cosine(got, want) >= OUTPUT_COSINE
+        assert np.abs(f64(got) - f64(want)).max() <= OUT_SCALE_TOL * np.abs(f64(want)).max()
+        assert_state_close(to_numpy(states[:, t]), to_numpy(state), f"recurrent state, token {t}")
+        assert_output_close(to_numpy(conv_states[:, t]), to_numpy(conv), f"conv window, token {t}")
 
 
 def naive_qwen3_next_split(module):

@@ -31,11 +31,13 @@ import torch
 from kernels import gated_delta_rule, reference, rmsnorm_gated
 from kernels.configs import TEST_SHARDS, GDNShape
 from kernels.registry import BLOCK_ARGS
+from kernels.gdn_block_checks import MAX_TOKENS
 from kernels.reference import (conv1d_decode_ref, gated_delta_rule_ref, gdn_block_tkg_ref,
-                               gqa_repeat_ref, in_proj_ref, make_inputs, rmsnorm_gated_ref,
-                               to_numpy, to_torch)
+                               gdn_block_tkg_verify_ref, gqa_repeat_ref, in_proj_ref, make_inputs,
+                               rmsnorm_gated_ref, to_numpy, to_torch)
 
 from tests.gdn_float64 import BF16, bf16, f64, np_block, np_delta_rule, silu
+from tests.gdn_testing import assert_output_close
 
 
 # --- comparisons -------------------------------------------------------------------------------
@@ -298,6 +300,78 @@ def test_large_magnitudes(scale):
     assert torch.isfinite(out.float()).all() and torch.isfinite(state).all()
 
 
+# --- several tokens per sequence (the verify step) ----------------------------------------------
+
+TOKENS = [1, 2, 3, 4, 8]
+
+
+def token_inputs(shape, T):
+    """Torch block inputs of `shape` (seed 0) with hidden [B, T, H] ~ N(0, 1) (seed T)."""
+    x = torch_inputs(make_inputs(shape))
+    gen = torch.Generator().manual_seed(T)
+    x["hidden"] = torch.randn(shape.B, T, shape.H, generator=gen).to(torch.bfloat16)
+    return x
+
+
+def chained(step, x):
+    """`step` (one token: (out, conv_state, state) from a dict of block inputs) over x's T tokens,
+    each token's states fed to the next; returns each token's (out [B, value_dim], conv_state,
+    state)."""
+    conv, state, steps = x["conv_state"], x["recurrent_state"], []
+    for t in range(x["hidden"].shape[1]):
+        out, conv, state = step(dict(x, hidden=x["hidden"][:, t:t + 1], conv_state=conv,
+                                     recurrent_state=state))
+        steps.append((out[:, 0], conv, state))
+    return steps
+
+
+@pytest.mark.parametrize("T", TOKENS)
+@pytest.mark.parametrize("shape", SHAPES, ids=ids)
+def test_tokens_match_chained_single_steps(shape, T):
+    """T tokens at once equal T one-token steps chained; the two compute stages 1 and 2 in
+    different shapes (one GEMM over B * T rows, windows cut from one sequence), so a bf16 result
+    may round to another bf16 value (accumulation order): the block's tolerances, and the output
+    rule (kernels.accuracy) for the conv windows; bit-exact where no sum is involved."""
+    x = token_inputs(shape, T)
+    out, conv_states, states = gdn_block_tkg_verify_ref(**x)
+    conv_dim = 2 * shape.nk * shape.dk + shape.nv * shape.dv
+    assert out.shape == (shape.B, T, shape.nv * shape.dv) and out.dtype == torch.bfloat16
+    assert conv_states.shape == (shape.B, T, conv_dim, shape.K)
+    assert states.shape == (shape.B, T, shape.nv, shape.dk, shape.dv)
+    previous = x["conv_state"]
+    for t, (o, conv, state) in enumerate(chained(lambda y: gdn_block_tkg_ref(**y), x)):
+        assert_block_close(out[:, t], to_numpy(o))
+        assert_block_close(states[:, t], to_numpy(state))
+        assert_output_close(to_numpy(conv_states[:, t]), to_numpy(conv), "conv_states")
+        # the window slides one column per token: bit for bit
+        assert torch.equal(conv_states[:, t, :, :-1], previous[..., 1:])
+        previous = conv_states[:, t]
+    last = gdn_block_tkg_ref(**x)
+    assert torch.equal(last[0], out)
+    assert torch.equal(last[1], conv_states[:, -1]) and torch.equal(last[2], states[:, -1])
+
+
+@pytest.mark.parametrize("T", [2, MAX_TOKENS])
+@pytest.mark.parametrize("shape", TINY, ids=[s.name for s in TINY])
+def test_tokens_match_the_float64_model(shape, T):
+    """Against the NumPy model's one-token step chained T times (its own states fed forward)."""
+    x = token_inputs(shape, T)
+    out, _, states = gdn_block_tkg_verify_ref(**x)
+
+    def model_step(y):
+        r = np_block({name: to_numpy(v) for name, v in y.items()}, shape.nk)
+        return r["out"], r["new_conv_state"], r["new_state"]
+
+    conv, state = to_numpy(x["conv_state"]), to_numpy(x["recurrent_state"])
+    for t in range(T):
+        y = dict(x, hidden=x["hidden"][:, t:t + 1], conv_state=to_torch(conv),
+                 recurrent_state=to_torch(state))
+        want, conv, state = model_step(y)
+        state = state.astype(np.float32)
+        assert_block_close(out[:, t], want[:, 0])
+        assert_block_close(states[:, t], state)
+
+
 # --- contract: inputs untouched, bad inputs rejected -------------------------------------------
 
 def _stage_calls(shape):
@@ -310,10 +384,11 @@ def _stage_calls(shape):
         (gated_delta_rule_ref, pick(*DELTA_RULE_ARGS)),
         (rmsnorm_gated_ref, pick("o", "z", "norm_weight")),
         (gdn_block_tkg_ref, pick(*BLOCK_ARGS)),
+        (gdn_block_tkg_verify_ref, [token_inputs(shape, 3)[name] for name in BLOCK_ARGS]),
     ]
 
 
-@pytest.mark.parametrize("index", range(6))
+@pytest.mark.parametrize("index", range(7))
 def test_inputs_not_modified(index):
     fn, args = _stage_calls(TINY[2])[index]
     before = [a.clone() if torch.is_tensor(a) else a for a in args]
@@ -341,6 +416,13 @@ def _with(name, delta_rows=0, delta_cols=0):
     return inp
 
 
+def _tokens(T):
+    """Block inputs of BASE with hidden [B, T, H]."""
+    inp = make_inputs(BASE)
+    inp["hidden"] = np.repeat(inp["hidden"], T, axis=1)
+    return inp
+
+
 BAD_BLOCK_INPUTS = {
     "conv_weight rows not conv_dim": ("conv_weight", lambda: _with("conv_weight", delta_rows=-1)),
     "W_in_qkv conv_dim mismatch": ("W_in_qkv", lambda: _with("W_in_qkv", delta_cols=1)),
@@ -349,7 +431,8 @@ BAD_BLOCK_INPUTS = {
                                                                      dk=16, dv=16, K=4))),
     "H not a multiple of 128": ("hidden", lambda: make_inputs(GDNShape(B=1, H=96, nk=2, nv=4,
                                                                        dk=16, dv=16, K=4))),
-    "two tokens": ("hidden", lambda: _with("hidden", delta_cols=1)),
+    "no token": ("hidden", lambda: _with("hidden", delta_cols=-1)),
+    "more tokens than a verify step takes": ("hidden", lambda: _tokens(MAX_TOKENS + 1)),
     "state batch mismatch": ("recurrent_state", lambda: _with("recurrent_state", delta_rows=1)),
     "W_in_z value_dim mismatch": ("W_in_z", lambda: _with("W_in_z", delta_cols=-1)),
     "norm_weight not dv": ("norm_weight", lambda: _with("norm_weight", delta_rows=1)),
