@@ -22,7 +22,8 @@ import nki.isa as nisa
 import nki.language as nl
 
 from .checks import expect
-from .conv1d_decode import conv1d_decode_channels, load_windows, slide_windows, store_windows
+from .conv1d_decode import (conv1d_decode_channels, load_windows, slide_windows, store_windows,
+                            window_chunks)
 from .delta_rule_state import fold_ones
 from .gated_delta_rule import gated_delta_rule_block, load_head_params
 from .gqa_repeat import expand_key_heads
@@ -136,8 +137,13 @@ def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
     groups = _conv_groups(qk_c, qk, v_c, v, k0 - q0, k0 * dk, key_dim, 2 * key_dim + h0 * dv)
     # loads_first: the small inputs' DMAs ahead of the first weight chunk on the queues (each a
     # contiguous row: one descriptor, not one per element), and the conv windows' transposes ahead
-    # of the projections' matmuls on TensorE, which waits for the weights anyway.
-    if loads_first:
+    # of the projections' matmuls on TensorE, which waits for the weights anyway. Only where each
+    # conv group's window is one chunk (`_one_chunk`): the windows then hold at most
+    # WINDOW_FREE_MAX elements per partition each while the projections run. Larger batches (B =
+    # 256 at Qwen3-Next-80B TP1, Qwen3.5-0.8B TP1, 9B TP2) keep step 8's order: tiles that live
+    # from the start leave the activations no room in SBUF there.
+    first = loads_first and _one_chunk(groups, K)
+    if first:
         A_sb = _column(A_log, h0, nh, "A_log")
         dt_sb = _column(dt_bias, h0, nh, "dt_bias")
         norm_w = _column(norm_weight, 0, dv, "norm_weight")
@@ -158,11 +164,11 @@ def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
         project_columns(z, hidden_T, W_in_z, col0=h0 * dv)
 
     # stage 2: the conv window of this program's q and k heads (dk-channel tiles) and v heads (dv)
-    # (loads_first: every group's conv before any new window's transposes and store)
+    # (first: every group's conv before any new window's transposes and store)
     windows = []
     for i in range(len(groups)):
         dst, x, c0 = groups[i]
-        if loads_first:
+        if first:
             windows.append(slide_windows(dst, x, loaded[i]))
         else:
             conv1d_decode_channels(dst, new_conv_state, x, conv_weight, conv_state, c0=c0)
@@ -177,7 +183,7 @@ def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
         k = _value_heads(k, h0, nh, G, "k_rep")
 
     # stage 4: the recurrence of this program's heads; its ones tile serves stage 5 too
-    if not loads_first:
+    if not first:
         A_sb, dt_sb = load_head_params(A_log, dt_bias, h0, nh)
     o = nl.ndarray((dv, nh, B), nl.bfloat16, name="o")
     ones = fold_ones(dk, dv, nh)
@@ -192,7 +198,7 @@ def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
         project_columns(z, hidden_T, W_in_z, col0=h0 * dv, loads=z_loads)
 
     # stage 5, then the only activation store: each token's row of this program's heads
-    if not loads_first:
+    if not first:
         norm_w = load_norm_weight(norm_weight)
     y = nl.ndarray((dv, nh, B), nl.bfloat16, name="y")
     rmsnorm_gated_tile(y, o, z, norm_w, ones=ones[0:dv, 0:dv])
@@ -219,6 +225,16 @@ def _column(vector, i0, n, name):
     t = nl.ndarray((n, 1), vector.dtype, name=name)
     load_channel_major(t, vector[i0:i0 + n].reshape((1, n)))
     return t
+
+
+def _one_chunk(groups, K):
+    """Whether the conv window of each (dst, x, first channel) group is one chunk of
+    `window_chunks`."""
+    for i in range(len(groups)):
+        dst = groups[i][0]
+        if len(window_chunks(dst.shape[1], dst.shape[2], K)) > 1:
+            return False
+    return True
 
 
 def _conv_groups(qk_c, qk, v_c, v, k_off, qk_c0, key_dim, v_c0):
