@@ -92,8 +92,9 @@ def conv1d_decode_channels(dst_out, new_conv_state, x, conv_weight, conv_state, 
     """The conv step of a group of channel tiles whose window and weight are still in HBM.
 
     Loads the window and the weight of channels c0 .. c0 + T*P - 1, runs `conv1d_decode_tile` and
-    stores the new window straight back to HBM. Called per channel chunk by the standalone kernel
-    and per head group (q | k tiles of dk channels, v tiles of dv) by the fused kernel.
+    stores the new window straight back to HBM, chunk by chunk. Called per channel chunk by the
+    standalone kernel; the fused kernel calls its three phases (`load_windows`, `slide_windows`,
+    `store_windows`) apart, to place them in its own program order.
 
     Args:
         dst_out (nl.ndarray): [P, T, B] @ SBUF, written: silu(conv) of channel c0 + t*P + p.
@@ -111,19 +112,62 @@ def conv1d_decode_channels(dst_out, new_conv_state, x, conv_weight, conv_state, 
           them at once for every real shard up to B = 32), so SBUF stays bounded at any B.
     """
     P, T, B = x.shape
-    K = conv_weight.shape[1]
-    per = max(1, WINDOW_FREE_MAX // (B * K))              # tiles per chunk: bounded SBUF for any B
+    for t0, nt in window_chunks(T, B, conv_weight.shape[1]):
+        loaded = load_windows(conv_weight, conv_state, c0 + t0 * P, P, nt)
+        windows = slide_windows(dst_out[:, t0:t0 + nt], x[:, t0:t0 + nt], loaded)
+        store_windows(new_conv_state, windows)
+
+
+def window_chunks(T, B, K):
+    """(first tile, tiles) of the chunks `conv1d_decode_channels` takes T tiles of B windows in: at
+    most WINDOW_FREE_MAX window elements per partition each."""
+    per = max(1, WINDOW_FREE_MAX // (B * K))
+    chunks = []
     for t0 in range(0, T, per):
-        nt = min(per, T - t0)
+        chunks.append((t0, min(per, T - t0)))
+    return chunks
+
+
+def load_windows(conv_weight, conv_state, c0, P, T):
+    """Phase 1 of the conv step: the weight and the incoming window of channels c0 .. c0 + T*P - 1,
+    channel-major, chunk by chunk (`window_chunks`). Returns a list of (first channel,
+    w [P, nt, K], state [P, nt, B, K]) @ SBUF, one per chunk."""
+    B, _, K = conv_state.shape
+    loaded = []
+    for t0, nt in window_chunks(T, B, K):
         a, z = c0 + t0 * P, c0 + (t0 + nt) * P
         w = nl.ndarray((P, nt, K), nl.float32, name="w")
         # rows [nt, P*K] and [B, nt*P*K]
         load_channel_major(w.expand_dim(1), conv_weight[a:z, :].reshape((nt, P, K)))
         state = nl.ndarray((P, nt, B, K), conv_state.dtype, name="state")
         load_channel_major(state, conv_state[:, a:z, :])
-        window = nl.ndarray((P, nt, B, K), conv_state.dtype, name="window")
+        loaded.append((a, w, state))
+    return loaded
+
+
+def slide_windows(dst_out, x, loaded):
+    """Phase 2: `conv1d_decode_tile` on each chunk `load_windows` loaded; x and dst_out [P, T, B]
+    hold the chunks' tiles in order. Returns a list of (first channel, new window
+    [P, nt, B, K] @ SBUF), one per chunk."""
+    windows = []
+    t0 = 0
+    for i in range(len(loaded)):
+        a, w, state = loaded[i]
+        nt = w.shape[1]
+        window = nl.ndarray(state.shape, state.dtype, name="window")
         conv1d_decode_tile(dst_out[:, t0:t0 + nt], window, x[:, t0:t0 + nt], w, state)
-        store_rows(new_conv_state[:, a:z, :], window)
+        windows.append((a, window))
+        t0 += nt
+    return windows
+
+
+def store_windows(new_conv_state, windows):
+    """Phase 3: each new window `slide_windows` returned, stored as rows to its channels of
+    new_conv_state [B, conv_dim, K] @ HBM."""
+    for i in range(len(windows)):
+        a, window = windows[i]
+        P, nt = window.shape[0], window.shape[1]
+        store_rows(new_conv_state[:, a:a + nt * P, :], window)
 
 
 def _channel_chunks(conv_dim, B, K):

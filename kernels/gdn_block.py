@@ -4,29 +4,33 @@ hidden goes in once; every activation after it stays in SBUF, channel-major; HBM
 weights, the two states and the output. The stages' building blocks, called as they are:
 
   load_hidden_T, project_columns      stage 1 (in_proj), straight into per-head channel tiles
-  conv1d_decode_channels              stage 2 (conv1d decode), per channel group
+  load_windows, slide_windows,        stage 2 (conv1d decode), per channel group, its loads
+  store_windows                       ahead of stage 1's weights
   (no stage 3 copy)                   GQA by indexing: the delta rule reads key head h // G
   gated_delta_rule_block              stage 4
   rmsnorm_gated_tile                  stage 5
 
-It is composition step 8: z's weight DMAs issued inside the recurrence, ahead of its state
-stores (launched as gdn_block_tkg[2], value heads split between the two NeuronCores of an LNC=2
-launch grid, each projecting only its own key heads' q | k columns). Steps 3 to 7 are the same
-body with switches off (kernels/steps.py); the composition chapters of the book explain each step.
+It is composition step 9: the small inputs (A_log, dt_bias, norm_weight, the conv windows and
+weights) loaded ahead of the first weight chunk, and the conv windows transposed while the weights
+stream; z's weight DMAs issued inside the recurrence, ahead of its state stores (launched as
+gdn_block_tkg[2], value heads split between the two NeuronCores of an LNC=2 launch grid, each
+projecting only its own key heads' q | k columns). Steps 3 to 8 are the same body with switches off
+(kernels/steps.py); the composition chapters of the book explain each step.
 """
 import nki
 import nki.isa as nisa
 import nki.language as nl
 
 from .checks import expect
-from .conv1d_decode import conv1d_decode_channels
+from .conv1d_decode import (conv1d_decode_channels, load_windows, slide_windows, store_windows,
+                            window_chunks)
 from .delta_rule_state import fold_ones
 from .gated_delta_rule import gated_delta_rule_block, load_head_params
 from .gqa_repeat import expand_key_heads
 from .gdn_block_checks import block_dims, check_block_dtypes
 from .in_proj import (BF16_BYTES, MIN_SLICE_RUN_BYTES, column_weight_loads, load_hidden_T,
                       project_columns)
-from .layout import store_rows
+from .layout import load_channel_major, store_rows
 from .rmsnorm_gated import load_norm_weight, rmsnorm_gated_tile
 
 # SBUF per partition the fused kernel's activations may take: the rest of the usable SBUF (224 KiB
@@ -83,14 +87,14 @@ def gdn_block_tkg(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_st
     """
     return gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state,
                           A_log, dt_bias, norm_weight, recurrent_state, gqa_by_index=True,
-                          place_z=True, qk_slices=True, z_early=True)
+                          place_z=True, qk_slices=True, z_early=True, loads_first=True)
 
 
 def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
                    dt_bias, norm_weight, recurrent_state, gqa_by_index, place_z, qk_slices,
-                   z_early=False):
-    """The fused body; the four switches are composition steps 4, 5, 7 and 8 (kernels/steps.py;
-    z_early is off unless given, as in every step before 8).
+                   z_early=False, loads_first=False):
+    """The fused body; the five switches are composition steps 4, 5, 7, 8 and 9 (kernels/steps.py;
+    z_early and loads_first are off unless given, as in every step before 8 and 9).
 
     On an LNC grid each program takes its value heads and the key heads they read
     (`program_heads`); every HBM write is its own heads' slice, except the conv state of a key
@@ -124,34 +128,52 @@ def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
     # (a and b first: the gates need them). a and b are projected whole on every program, q | k
     # too unless qk_slices and the program's key heads make weight-row runs long enough to stream.
     hidden_T = load_hidden_T(nl.ndarray((pmax, B, H // pmax), nl.bfloat16, name="hidden_T"), hidden)
-    a = _heads_of(_projected((nv, B), hidden_T, W_in_a, "a"), h0, nh, "a_heads")
-    b = _heads_of(_projected((nv, B), hidden_T, W_in_b, "b"), h0, nh, "b_heads")
     sliced = qk_slices and nkh < nk and nkh * dk * BF16_BYTES >= MIN_SLICE_RUN_BYTES
     q0 = k0 if sliced else 0                        # the first key head this program projects
     qk = nl.ndarray((dk, 2, nkh if sliced else nk, B), nl.bfloat16, name="qk_proj")   # q, then k
+    v = nl.ndarray((dv, nh, B), nl.bfloat16, name="v_proj")
+    qk_c = nl.ndarray((dk, 2, nkh, B), nl.bfloat16, name="qk_conv")
+    v_c = nl.ndarray((dv, nh, B), nl.bfloat16, name="v_conv")
+    groups = _conv_groups(qk_c, qk, v_c, v, k0 - q0, k0 * dk, key_dim, 2 * key_dim + h0 * dv)
+    # loads_first: the small inputs' DMAs ahead of the first weight chunk on the queues (each a
+    # contiguous row: one descriptor, not one per element), and the conv windows' transposes ahead
+    # of the projections' matmuls on TensorE, which waits for the weights anyway. Only where each
+    # conv group's window is one chunk (`_one_chunk`): the windows then hold at most
+    # WINDOW_FREE_MAX elements per partition each while the projections run. Larger batches (B =
+    # 256 at Qwen3-Next-80B TP1, Qwen3.5-0.8B TP1, 9B TP2) keep step 8's order: tiles that live
+    # from the start leave the activations no room in SBUF there.
+    first = loads_first and _one_chunk(groups, K)
+    if first:
+        A_sb = _column(A_log, h0, nh, "A_log")
+        dt_sb = _column(dt_bias, h0, nh, "dt_bias")
+        norm_w = _column(norm_weight, 0, dv, "norm_weight")
+        loaded = []
+        for i in range(len(groups)):
+            dst, _, c0 = groups[i]
+            loaded.append(load_windows(conv_weight, conv_state, c0, dst.shape[0], dst.shape[1]))
+    a = _heads_of(_projected((nv, B), hidden_T, W_in_a, "a"), h0, nh, "a_heads")
+    b = _heads_of(_projected((nv, B), hidden_T, W_in_b, "b"), h0, nh, "b_heads")
     if sliced:
         for i in range(2):
             project_columns(qk[:, i], hidden_T, W_in_qkv, col0=i * key_dim + k0 * dk)
     else:
         project_columns(qk.reshape((dk, 2 * nk, B)), hidden_T, W_in_qkv)
-    v = nl.ndarray((dv, nh, B), nl.bfloat16, name="v_proj")
     project_columns(v, hidden_T, W_in_qkv, col0=2 * key_dim + h0 * dv)
     z = nl.ndarray((dv, nh, B), nl.bfloat16, name="z")
     if not z_last:
         project_columns(z, hidden_T, W_in_z, col0=h0 * dv)
 
     # stage 2: the conv window of this program's q and k heads (dk-channel tiles) and v heads (dv)
-    qk_c = nl.ndarray((dk, 2, nkh, B), nl.bfloat16, name="qk_conv")
-    if nkh == nk:   # every key head: q | k are one contiguous channel range
-        conv1d_decode_channels(qk_c.reshape((dk, 2 * nk, B)), new_conv_state,
-                               qk.reshape((dk, 2 * nk, B)), conv_weight, conv_state, c0=0)
-    else:
-        for i in range(2):
-            conv1d_decode_channels(qk_c[:, i], new_conv_state, qk[:, i, k0 - q0:k1 - q0],
-                                   conv_weight, conv_state, c0=i * key_dim + k0 * dk)
-    v_c = nl.ndarray((dv, nh, B), nl.bfloat16, name="v_conv")
-    conv1d_decode_channels(v_c, new_conv_state, v, conv_weight, conv_state,
-                           c0=2 * key_dim + h0 * dv)
+    # (first: every group's conv before any new window's transposes and store)
+    windows = []
+    for i in range(len(groups)):
+        dst, x, c0 = groups[i]
+        if first:
+            windows.append(slide_windows(dst, x, loaded[i]))
+        else:
+            conv1d_decode_channels(dst, new_conv_state, x, conv_weight, conv_state, c0=c0)
+    for i in range(len(windows)):
+        store_windows(new_conv_state, windows[i])
 
     # stage 3: key heads as they are (value head h reads key head h // G) or copied to value heads
     q = qk_c[:, 0]
@@ -161,7 +183,8 @@ def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
         k = _value_heads(k, h0, nh, G, "k_rep")
 
     # stage 4: the recurrence of this program's heads; its ones tile serves stage 5 too
-    A_sb, dt_sb = load_head_params(A_log, dt_bias, h0, nh)
+    if not first:
+        A_sb, dt_sb = load_head_params(A_log, dt_bias, h0, nh)
     o = nl.ndarray((dv, nh, B), nl.bfloat16, name="o")
     ones = fold_ones(dk, dv, nh)
     # z_early: the recurrence issues z's weight DMAs after its first state loads, ahead of the
@@ -175,8 +198,10 @@ def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
         project_columns(z, hidden_T, W_in_z, col0=h0 * dv, loads=z_loads)
 
     # stage 5, then the only activation store: each token's row of this program's heads
+    if not first:
+        norm_w = load_norm_weight(norm_weight)
     y = nl.ndarray((dv, nh, B), nl.bfloat16, name="y")
-    rmsnorm_gated_tile(y, o, z, load_norm_weight(norm_weight), ones=ones[0:dv, 0:dv])
+    rmsnorm_gated_tile(y, o, z, norm_w, ones=ones[0:dv, 0:dv])
     store_rows(out[:, 0, h0 * dv:h1 * dv], y)
     return out, new_conv_state, new_recurrent_state
 
@@ -191,6 +216,40 @@ def program_heads(nv, G):
     h0 = nl.program_id(axis=0) * nh
     h1 = h0 + nh
     return h0, h1, h0 // G, (h1 - 1) // G + 1
+
+
+def _column(vector, i0, n, name):
+    """vector[i0:i0 + n] @ HBM (fp32) as a new [n, 1] SBUF tile: one contiguous row DMA and a
+    TensorE transpose (kernels.layout), where a DMA straight into n partitions costs a descriptor
+    per element."""
+    t = nl.ndarray((n, 1), vector.dtype, name=name)
+    load_channel_major(t, vector[i0:i0 + n].reshape((1, n)))
+    return t
+
+
+def _one_chunk(groups, K):
+    """Whether the conv window of each (dst, x, first channel) group is one chunk of
+    `window_chunks`."""
+    for i in range(len(groups)):
+        dst = groups[i][0]
+        if len(window_chunks(dst.shape[1], dst.shape[2], K)) > 1:
+            return False
+    return True
+
+
+def _conv_groups(qk_c, qk, v_c, v, k_off, qk_c0, key_dim, v_c0):
+    """(conv output tile, projected tile, first channel) of each channel group stage 2 runs: q | k
+    as one group when the program has every key head (one contiguous channel range), else q and k
+    apart (key heads k_off .. of the projected tile, channels from qk_c0 in q and in k); then v."""
+    dk, _, nkh, B = qk_c.shape
+    groups = []
+    if nkh * dk == key_dim:     # every key head: q | k are one contiguous channel range
+        groups.append((qk_c.reshape((dk, 2 * nkh, B)), qk.reshape((dk, 2 * nkh, B)), 0))
+    else:
+        for i in range(2):
+            groups.append((qk_c[:, i], qk[:, i, k_off:k_off + nkh], i * key_dim + qk_c0))
+    groups.append((v_c, v, v_c0))
+    return groups
 
 
 def _whole_groups(h0, nh, G):

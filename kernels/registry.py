@@ -99,8 +99,11 @@ ENTRIES = _STAGE_ENTRIES + (
     _step(7, "7_qk_slices", "kernels.steps:gdn_block_tkg_z_queued",
           "each core projects only its own key heads' q | k columns, where the runs stream well",
           lnc=2),
-    _step(8, "8_z_early", "kernels.gdn_block:gdn_block_tkg",
+    _step(8, "8_z_early", "kernels.steps:gdn_block_tkg_z_early",
           "z's weight DMAs issued inside the recurrence, ahead of its state stores"),
+    _step(9, "9_loads_first", "kernels.gdn_block:gdn_block_tkg",
+          "the small inputs loaded ahead of the weights, the conv windows turned while they "
+          "stream"),
 )
 BY_NAME = {e.name: e for e in ENTRIES}
 STEPS = tuple(e for e in ENTRIES if e.step is not None)

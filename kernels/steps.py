@@ -1,7 +1,7 @@
-"""The composition ladder: the entry points of composition steps 0 to 7, each with its number.
+"""The composition ladder: the entry points of composition steps 0 to 8, each with its number.
 
 Every step runs the whole decode step with the arguments and results of `gdn_block_tkg`, which is
-step 8 (`kernels/gdn_block.py`).
+step 9 (`kernels/gdn_block.py`).
 
   0  gdn_block_staged          the five stage kernels, five launches, activations through HBM
   1  gdn_block_staged_tkg      stages 4 and 5 fused into `gdn_tkg`: four launches
@@ -14,6 +14,8 @@ step 8 (`kernels/gdn_block.py`).
                                each projecting q | k whole
   7  gdn_block_tkg_z_queued    launched as gdn_block_tkg_z_queued[2]: each core projects only its
                                own key heads' q | k columns
+  8  gdn_block_tkg_z_early     z's weight DMAs issued inside the recurrence, ahead of its state
+                               stores; the small inputs still loaded where their stages use them
 
 Steps 0 and 1 are host code: each launch is a standalone `@nki.jit` kernel reading and writing HBM.
 """
@@ -147,3 +149,14 @@ def gdn_block_tkg_z_queued(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight
     return gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
                           dt_bias, norm_weight, recurrent_state, gqa_by_index=True, place_z=True,
                           qk_slices=True, z_early=False)
+
+
+@nki.jit
+def gdn_block_tkg_z_early(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state,
+                          A_log, dt_bias, norm_weight, recurrent_state):
+    """Step 8: `gdn_block_tkg`'s body with the small inputs loaded where their stages use them
+    (behind the weight chunks and the state stores on the DMA queues) and each conv group loaded,
+    computed and stored in turn. Arguments and results as gdn_block_tkg."""
+    return gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
+                          dt_bias, norm_weight, recurrent_state, gqa_by_index=True, place_z=True,
+                          qk_slices=True, z_early=True, loads_first=False)

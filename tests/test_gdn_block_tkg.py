@@ -18,7 +18,7 @@ import nkicpu
 from kernels.configs import TEST_SHARDS, GDNShape, model_shard
 from kernels.gdn_block import gdn_block_tkg
 from kernels.in_proj import MIN_SLICE_RUN_BYTES
-from kernels.steps import gdn_block_tkg_whole_qk, gdn_block_tkg_z_queued
+from kernels.steps import gdn_block_tkg_whole_qk, gdn_block_tkg_z_early, gdn_block_tkg_z_queued
 from kernels.reference import gdn_block_tkg_ref, make_inputs, to_numpy, to_torch
 from tests.gdn_float64 import np_block
 from kernels.registry import BY_NAME
@@ -93,10 +93,11 @@ def _first_z_load_and_state_store(c, core):
 @pytest.mark.parametrize("lnc", [1, 2])
 @shapes_param([SHARDS[0], SHARDS[4]])
 def test_z_early_moves_only_z_weight_loads(lnc, shape):
-    """At B = 1 z is projected after the recurrence. Step 8 (gdn_block_tkg) issues its weight DMAs
-    before the first state store, steps 5 and 7 after; the results are the same bit for bit."""
+    """At B = 1 z is projected after the recurrence. Step 8 (gdn_block_tkg_z_early) issues its
+    weight DMAs before the first state store, steps 5 and 7 after; the results are the same bit for
+    bit."""
     x = make_inputs(shape, seed=2)
-    queued, early = gdn_block_tkg_z_queued, gdn_block_tkg
+    queued, early = gdn_block_tkg_z_queued, gdn_block_tkg_z_early
     if lnc == 2:
         queued, early = queued[2], early[2]
     before, after = nkicpu.capture(queued)(*x.values()), nkicpu.capture(early)(*x.values())
@@ -105,6 +106,33 @@ def test_z_early_moves_only_z_weight_loads(lnc, shape):
         assert z > store
         z, store = _first_z_load_and_state_store(after, core)
         assert z < store
+    for got, want in zip(after.outputs, before.outputs):
+        assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+SMALL_INPUTS = ("conv_weight", "conv_state", "A_log", "dt_bias", "norm_weight")
+
+
+@pytest.mark.parametrize("lnc", [1, 2])
+@shapes_param([SHARDS[0], SHARDS[3], SHARDS[4]])
+def test_loads_first_moves_only_the_small_loads(lnc, shape):
+    """Step 9 (gdn_block_tkg) issues every DMA reading a small input before the first weight DMA
+    on each core, step 8 does not; the results are the same bit for bit."""
+    x = make_inputs(shape, seed=16)
+    late, first = gdn_block_tkg_z_early, gdn_block_tkg
+    if lnc == 2:
+        late, first = late[2], first[2]
+    before, after = nkicpu.capture(late)(*x.values()), nkicpu.capture(first)(*x.values())
+    names = list(x)
+    for c, ahead in ((before, False), (after, True)):
+        small = {c.arguments[names.index(n)] for n in SMALL_INPUTS}
+        weights = {c.arguments[names.index(n)] for n in ("W_in_qkv", "W_in_z", "W_in_a", "W_in_b")}
+        for core in range(lnc):
+            dmas = [i for i in c.instructions if i.engine == "dma" and i.core == core]
+            reads = [{a.alloc for a in i.reads} for i in dmas]
+            last_small = max(k for k, r in enumerate(reads) if r & small)
+            first_weight = min(k for k, r in enumerate(reads) if r & weights)
+            assert (last_small < first_weight) == ahead, (ahead, core)
     for got, want in zip(after.outputs, before.outputs):
         assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
 
