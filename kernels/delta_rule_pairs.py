@@ -122,42 +122,62 @@ def pair_gates(a, b, b0, bc, hp, ident, ones):
     return gbc
 
 
-def pair_products(ring, qk, steps, i):
-    """[S^T k, S^T q] of sub-chunk i, one matmul per pair (its state as the stationary, its
-    [k, q] columns of the chunk's qk [dk, n, 2] as the moving): PSUM [dv, mc, 2] fp32."""
-    _, _, s0, mc = steps[i]
+def pair_products(ring, qk, steps, i, kvsq, p_lo, p_hi):
+    """S^T [k, q] of pairs p_lo .. p_hi - 1 of sub-chunk i into kvsq [dv, mc, 2] PSUM fp32, one
+    matmul per pair (its state as the stationary, its [k, q] columns of the chunk's qk [dk, n, 2]
+    as the moving)."""
+    s0 = steps[i][2]
     S = ring[:, i % ring.shape[1]]
-    kvsq = nl.ndarray((S.shape[2], mc, 2), nl.float32, buffer=nl.psum, name="kv_sq")
-    for p in range(mc):
+    for p in range(p_lo, p_hi):
         nisa.nc_matmul(kvsq[:, p, :], S[:, p, :], qk[:, s0 + p, :])
-    return kvsq
 
 
 def padded_columns(d, mc, name):
     """[d, mc, 32] fp32 zeros: column 0 of pair p takes its vector, so a transpose of four pairs
-    puts them on partitions 0, 32, 64, 96 (outer_rows)."""
+    puts them on partitions 0, 32, 64, 96 (outer_rows). Only column 0 is ever written: zeroed once,
+    it serves every sub-chunk."""
     pad = nl.ndarray((d, mc, QUADRANT), nl.float32, name=name)
     nisa.memset(pad, 0.0, engine=nisa.engine.gpsimd)
     return pad
 
 
-def outer_rows(pad, name):
-    """[d, mc, 32] (padded_columns) -> SBUF [128, groups, d]: partition 32 r of group g holds pair
-    GROUP g + r's vector, a row a K = 1 matmul can read. TensorE transposes (exact) and ScalarE
-    evictions."""
-    d, mc, _ = pad.shape
-    groups = -(-mc // GROUP)
-    rows = nl.ndarray((PMAX, groups, d), nl.float32, name=name)
-    for g in range(groups):
+def outer_rows(pad, mc, rows, g0):
+    """Groups g0 .. g0 + 3 (those that exist) of the first mc pairs of a padded tile
+    (padded_columns) into rows [128, groups, d]: partition 32 r of group g holds pair GROUP g + r's
+    vector, a row a K = 1 matmul can read. TensorE transposes (exact) into one PSUM bank, ScalarE
+    evictions (one for the full groups)."""
+    d = pad.shape[0]
+    n = min(4, -(-mc // GROUP) - g0)
+    ps = nl.ndarray((PMAX, 4, d), nl.float32, buffer=nl.psum, name="rows_psum")
+    full = 0
+    for t in range(n):
+        g = g0 + t
         gs = min(GROUP, mc - GROUP * g)
-        ps = nl.ndarray((gs * QUADRANT, d), nl.float32, buffer=nl.psum, name=name + "_psum")
-        nisa.nc_transpose(ps, pad[:, GROUP * g:GROUP * g + gs, :], engine=nisa.engine.tensor)
-        nisa.activation(rows[0:gs * QUADRANT, g, :], op=nl.copy, data=ps)
-    return rows
+        nisa.nc_transpose(ps[0:gs * QUADRANT, t, :], pad[:, GROUP * g:GROUP * g + gs, :],
+                          engine=nisa.engine.tensor)
+        if gs == GROUP:
+            full = t + 1
+    if full:
+        nisa.activation(rows[:, g0:g0 + full, :], op=nl.copy, data=ps[:, 0:full, :])
+    for t in range(full, n):
+        gs = min(GROUP, mc - GROUP * (g0 + t))
+        nisa.activation(rows[0:gs * QUADRANT, g0 + t, :], op=nl.copy, data=ps[0:gs * QUADRANT, t, :])
 
 
-def pair_update(ring, i, steps, k_rows, d_rows, gbc, ident):
-    """S <- exp(g) S + k delta^T for sub-chunk i in its ring slot, per group of GROUP pairs.
+def decay_odd_groups(ring, i, steps, gbc):
+    """exp(g) S in place for the pairs of the odd groups of sub-chunk i (pair_update adds their
+    outer products through an identity matmul): ScalarE, each state scaled by its decay."""
+    _, _, s0, mc = steps[i]
+    S = ring[:, i % ring.shape[1]]
+    dk = S.shape[0]
+    for p in range(mc):
+        if p // GROUP % 2 == 1:
+            nisa.activation(S[:, p, :], op=nl.copy, data=S[:, p, :],
+                            scale=gbc[0:dk, 0, s0 + p:s0 + p + 1])
+
+
+def pair_update(ring, i, steps, k_rows, d_rows, gbc, ident, g):
+    """S <- exp(g) S + k delta^T for group g (GROUP pairs) of sub-chunk i in its ring slot.
 
     The outer products are K = 1 matmuls into one PSUM bank. Even groups: VectorE evicts each pair
     as exp(g) S + PSUM. Odd groups: ScalarE scales each state by exp(g) in place, an identity
@@ -166,24 +186,19 @@ def pair_update(ring, i, steps, k_rows, d_rows, gbc, ident):
     _, _, s0, mc = steps[i]
     S = ring[:, i % ring.shape[1]]
     dk, _, dv = S.shape
-    for g in range(-(-mc // GROUP)):
-        gs = min(GROUP, mc - GROUP * g)
-        p0 = GROUP * g
-        new = nl.ndarray((dk, GROUP, dv), nl.float32, buffer=nl.psum, name="state_new")
-        if g % 2 == 1:
-            for r in range(gs):
-                nisa.activation(S[:, p0 + r, :], op=nl.copy, data=S[:, p0 + r, :],
-                                scale=gbc[0:dk, 0, s0 + p0 + r:s0 + p0 + r + 1])
+    gs = min(GROUP, mc - GROUP * g)
+    p0 = GROUP * g
+    new = nl.ndarray((dk, GROUP, dv), nl.float32, buffer=nl.psum, name="state_new")
+    for r in range(gs):
+        q = QUADRANT * r
+        nisa.nc_matmul(new[:, r, :], k_rows[q:q + 1, g, :], d_rows[q:q + 1, g, :])
+    if g % 2 == 1:
+        nisa.nc_matmul(new[:, 0:gs, :], ident[0:dk, 0:dk], S[:, p0:p0 + gs, :], accumulate=True,
+                       is_stationary_onezero=True)
+        nisa.activation(S[:, p0:p0 + gs, :], op=nl.copy, data=new[:, 0:gs, :])
+    else:
         for r in range(gs):
-            q = QUADRANT * r
-            nisa.nc_matmul(new[:, r, :], k_rows[q:q + 1, g, :], d_rows[q:q + 1, g, :])
-        if g % 2 == 1:
-            nisa.nc_matmul(new[:, 0:gs, :], ident[0:dk, 0:dk], S[:, p0:p0 + gs, :], accumulate=True,
-                           is_stationary_onezero=True)
-            nisa.activation(S[:, p0:p0 + gs, :], op=nl.copy, data=new[:, 0:gs, :])
-        else:
-            for r in range(gs):
-                p = p0 + r
-                nisa.scalar_tensor_tensor(S[:, p, :], data=S[:, p, :], op0=nl.multiply,
-                                          operand0=gbc[0:dk, 0, s0 + p:s0 + p + 1], op1=nl.add,
-                                          operand1=new[:, r, :])
+            p = p0 + r
+            nisa.scalar_tensor_tensor(S[:, p, :], data=S[:, p, :], op0=nl.multiply,
+                                      operand0=gbc[0:dk, 0, s0 + p:s0 + p + 1], op1=nl.add,
+                                      operand1=new[:, r, :])
