@@ -39,10 +39,14 @@ def pair_ring(dk, dv, steps):
     return nl.ndarray((dk, min(STATE_BUFFERS, len(steps)), m, dv), nl.float32, name="state_ring")
 
 
-def move_pairs(ring, hbm, steps, i, load):
+def move_pairs(ring, hbm, steps, i, load, store_queue=False):
     """Load (load=True) or store the state of sub-chunk i between HBM [B, nv, dk, dv] and its ring
     slot, i % slots; nothing if there is no sub-chunk i. A head slice of a larger state (one
-    program of an LNC grid) moves one piece per batch row."""
+    program of an LNC grid) moves one piece per batch row.
+
+    store_queue: stores on a queue of their own (hardware DGE triggered by SyncE) instead of the
+    queues the compiler fills in turn, so that a load waiting for its slot's store holds up no
+    store, and no store holds up a load or a later DMA."""
     if i < len(steps):
         b0, _, s0, mc = steps[i]
         S = ring[:, i % ring.shape[1]]
@@ -52,19 +56,22 @@ def move_pairs(ring, hbm, steps, i, load):
             flat = hbm.reshape((B * nv, dk, dv))
             for j in range(0, mc, DMA_PAIRS):
                 n = min(DMA_PAIRS, mc - j)
-                _dma(S[:, j:j + n, :], flat[p0 + j:p0 + j + n].permute((1, 0, 2)), load)
+                _dma(S[:, j:j + n, :], flat[p0 + j:p0 + j + n].permute((1, 0, 2)), load,
+                     store_queue)
         else:
             p = p0
             while p < p0 + mc:
                 n = min(p0 + mc, (p // nv + 1) * nv) - p
                 _dma(S[:, p - p0:p - p0 + n, :], hbm[p // nv, p % nv:p % nv + n].permute((1, 0, 2)),
-                     load)
+                     load, store_queue)
                 p = p + n
 
 
-def _dma(sbuf, hbm, load):
+def _dma(sbuf, hbm, load, store_queue):
     if load:
         nisa.dma_copy(sbuf, hbm)
+    elif store_queue:
+        nisa.dma_copy(hbm, sbuf, dge_mode=nisa.dge_mode.hwdge, engine=nisa.engine.sync)
     else:
         nisa.dma_copy(hbm, sbuf)
 

@@ -113,7 +113,7 @@ def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurren
             pair_update(ring, i, steps, ops["k_rows"], ops["d_rows"], chunk["gbc"], ident, g)
             if upcoming_ops is not None:                  # then a share of sub-chunk i + 1's operands
                 done = _operand_pieces(upcoming_ops, done, (g + 1) * upcoming_ops["pieces"] // groups)
-        move_pairs(ring, new_state, steps, i, load=False)
+        move_pairs(ring, new_state, steps, i, load=False, store_queue=weight_loads is None)
         if prepare and mc < bc * nv:                      # else after this sub-chunk's update
             nxt = _prepare_pairs({"b0": b0 + bc, "bc": min(bc, B - b0 - bc)}, ins)
         if s0 + mc == bc * nv:                            # the chunk's last sub-chunk
