@@ -18,11 +18,12 @@ The cost is the DMA runs: a pair's row is 512 B in HBM (the fold of delta_rule_s
 import nki.isa as nisa
 import nki.language as nl
 
-from .delta_rule_state import PMAX, QUADRANT, STATE_BUFFERS, sub_chunks
+from .delta_rule_state import PMAX, PSUM_BANK_FMAX, QUADRANT, STATE_BUFFERS, sub_chunks
 
 SUB_PAIRS = 32      # pairs per sub-chunk: [dk, 32, dv] fp32 is 16 KiB per partition at dv = 128
 DMA_PAIRS = 8       # pairs per state DMA: four DMAs per sub-chunk each way, one per queue
 GROUP = PMAX // QUADRANT   # pairs whose outer-product rows share one transpose (one per quadrant)
+BANK_GROUPS = PSUM_BANK_FMAX // PMAX   # groups whose row transposes share a PSUM bank (d <= 128)
 
 
 def pair_steps(B, nv):
@@ -149,13 +150,13 @@ def padded_columns(d, mc, name):
 
 
 def outer_rows(pad, mc, rows, g0):
-    """Groups g0 .. g0 + 3 (those that exist) of the first mc pairs of a padded tile
+    """Groups g0 .. g0 + BANK_GROUPS - 1 (those that exist) of the first mc pairs of a padded tile
     (padded_columns) into rows [128, groups, d]: partition 32 r of group g holds pair GROUP g + r's
-    vector, a row a K = 1 matmul can read. TensorE transposes (exact) into one PSUM bank, ScalarE
-    evictions (one for the full groups)."""
+    vector, a row a K = 1 matmul can read. TensorE transposes (exact) into one PSUM bank, then one
+    ScalarE eviction for the full groups (a fixed cost per instruction saved)."""
     d = pad.shape[0]
-    n = min(4, -(-mc // GROUP) - g0)
-    ps = nl.ndarray((PMAX, 4, d), nl.float32, buffer=nl.psum, name="rows_psum")
+    n = min(BANK_GROUPS, -(-mc // GROUP) - g0)
+    ps = nl.ndarray((PMAX, BANK_GROUPS, d), nl.float32, buffer=nl.psum, name="rows_psum")
     full = 0
     for t in range(n):
         g = g0 + t
@@ -168,12 +169,14 @@ def outer_rows(pad, mc, rows, g0):
         nisa.activation(rows[:, g0:g0 + full, :], op=nl.copy, data=ps[:, 0:full, :])
     for t in range(full, n):
         gs = min(GROUP, mc - GROUP * (g0 + t))
-        nisa.activation(rows[0:gs * QUADRANT, g0 + t, :], op=nl.copy, data=ps[0:gs * QUADRANT, t, :])
+        nisa.activation(rows[0:gs * QUADRANT, g0 + t, :], op=nl.copy,
+                        data=ps[0:gs * QUADRANT, t, :])
 
 
 def decay_odd_groups(ring, i, steps, gbc):
     """exp(g) S in place for the pairs of the odd groups of sub-chunk i (pair_update adds their
-    outer products through an identity matmul): ScalarE, each state scaled by its decay."""
+    outer products through an identity matmul): ScalarE, each state scaled by its decay. Issued
+    ahead of the sub-chunk's update, so that no identity matmul waits on TensorE for them."""
     _, _, s0, mc = steps[i]
     S = ring[:, i % ring.shape[1]]
     dk = S.shape[0]
@@ -187,9 +190,9 @@ def pair_update(ring, i, steps, k_rows, d_rows, gbc, ident, g):
     """S <- exp(g) S + k delta^T for group g (GROUP pairs) of sub-chunk i in its ring slot.
 
     The outer products are K = 1 matmuls into one PSUM bank. Even groups: VectorE evicts each pair
-    as exp(g) S + PSUM. Odd groups: ScalarE scales each state by exp(g) in place, an identity
-    matmul adds the group's states (pairs along the free dim: each output column is one pair's),
-    ScalarE evicts. Either way no sum mixes two pairs."""
+    as exp(g) S + PSUM. Odd groups (their states already scaled by exp(g), decay_odd_groups): an
+    identity matmul adds the group's states (pairs along the free dim: each output column is one
+    pair's), ScalarE evicts. Either way no sum mixes two pairs."""
     _, _, s0, mc = steps[i]
     S = ring[:, i % ring.shape[1]]
     dk, _, dv = S.shape

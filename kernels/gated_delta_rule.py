@@ -10,8 +10,9 @@ import nki.language as nl
 import nki.isa as nisa
 
 from .checks import expect, expect_dtype, expect_rank, expect_shape
-from .delta_rule_pairs import (GROUP, decay_odd_groups, head_params, move_pairs, outer_rows, padded_columns,
-                               pair_gates, pair_products, pair_ring, pair_steps, pair_update)
+from .delta_rule_pairs import (BANK_GROUPS, GROUP, decay_odd_groups, head_params, move_pairs,
+                               outer_rows, padded_columns, pair_gates, pair_products, pair_ring,
+                               pair_steps, pair_update)
 from .delta_rule_state import PMAX, STATE_BUFFERS, fold_ones, identity
 from .gqa_repeat import value_heads_view
 from .in_proj import issue_loads
@@ -52,9 +53,12 @@ def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurren
     Notes:
         - dk, dv, nv <= 128; nv a multiple of nq. With nq = nk, value head h reads key head
           h // G through gqa_repeat.value_heads_view (no copy).
-        - Program order is the schedule: the next chunk's inputs are prepared under the current
-          chunk's sub-chunks, and S^T [k, q], delta and the outer-product rows of sub-chunk i + 1
-          are issued before the update of sub-chunk i.
+        - Program order is the schedule, and each engine runs in order: the next chunk's inputs
+          are prepared under the current chunk's sub-chunks, and the operands of sub-chunk i + 1
+          (S^T [k, q], the k rows, delta, the delta rows) are issued in pieces between the update
+          groups of sub-chunk i, so that TensorE, VectorE and ScalarE work on both at once
+          instead of in turn. The state stores have a DMA queue of their own
+          (delta_rule_pairs.move_pairs) unless weight_loads ride in the recurrence.
         - Isolation: no matmul sums over two (batch, head) pairs, so a non-finite value in one
           sequence's inputs or state reaches no other sequence, and one in A_log or dt_bias no
           other head (delta_rule_pairs).
@@ -89,7 +93,8 @@ def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurren
     if weight_loads is not None:
         issue_loads(weight_loads)
     ins = (q, k, v, a, b, hp, o.dtype, ident, ones)       # what a chunk's preparation reads
-    pads = (padded_columns(dk, ring.shape[2], "k_pad"), padded_columns(dv, ring.shape[2], "delta_pad"))
+    pads = (padded_columns(dk, ring.shape[2], "k_pad"), padded_columns(dv, ring.shape[2],
+                                                                      "delta_pad"))
     chunk = _prepare_pairs({"b0": 0, "bc": steps[0][1]}, ins)
     ops = _start_operands(chunk, ring, steps, 0, pads)
     _operand_pieces(ops, 0, ops["pieces"])
@@ -111,8 +116,10 @@ def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurren
         done = 0
         for g in range(groups):                           # S = exp(g) S + k delta^T, a group
             pair_update(ring, i, steps, ops["k_rows"], ops["d_rows"], chunk["gbc"], ident, g)
-            if upcoming_ops is not None:                  # then a share of sub-chunk i + 1's operands
-                done = _operand_pieces(upcoming_ops, done, (g + 1) * upcoming_ops["pieces"] // groups)
+            if upcoming_ops is not None:                  # and a share of i + 1's operands
+                done = _operand_pieces(upcoming_ops, done,
+                                       (g + 1) * upcoming_ops["pieces"] // groups)
+        # weight_loads must finish ahead of the stores: those then share their queues
         move_pairs(ring, new_state, steps, i, load=False, store_queue=weight_loads is None)
         if prepare and mc < bc * nv:                      # else after this sub-chunk's update
             nxt = _prepare_pairs({"b0": b0 + bc, "bc": min(bc, B - b0 - bc)}, ins)
@@ -160,9 +167,10 @@ def _start_operands(c, ring, steps, i, pads):
 
 
 def _operand_pieces(o, j0, j1):
-    """Pieces j0 .. j1 - 1 of the operands started by _start_operands, in dependency order:
-    S^T [k, q] of group j (pieces 0 .. G - 1), the k rows of group j - G (G .. 2G - 1), delta
-    and o (2G), the delta rows of group j - 2G - 1 (2G + 1 .. 3G). Returns j1."""
+    """Pieces j0 .. j1 - 1 of the operands started by _start_operands, in dependency order (G
+    groups): S^T [k, q] of group j (pieces 0 .. G - 1); the k rows (G .. 2G - 1; piece G + g
+    transposes groups g .. g + BANK_GROUPS - 1 when BANK_GROUPS divides g); delta and o (2G); the
+    delta rows (2G + 1 .. 3G, likewise). Returns j1."""
     G = o["groups"]
     _, _, s0, mc = o["steps"][o["i"]]
     c = o["c"]
@@ -171,12 +179,12 @@ def _operand_pieces(o, j0, j1):
             pair_products(o["ring"], c["qk"], o["steps"], o["i"], o["kvsq"], GROUP * j,
                           min(mc, GROUP * (j + 1)))
         elif j < 2 * G:
-            if (j - G) % 4 == 0:
+            if (j - G) % BANK_GROUPS == 0:
                 outer_rows(o["pads"][0], mc, o["k_rows"], j - G)
         elif j == 2 * G:
             _delta_and_output(c, o["kvsq"], s0, mc, o["pads"][1][:, 0:mc, 0])
         else:
-            if (j - 2 * G - 1) % 4 == 0:
+            if (j - 2 * G - 1) % BANK_GROUPS == 0:
                 outer_rows(o["pads"][1], mc, o["d_rows"], j - 2 * G - 1)
     return j1
 
