@@ -22,7 +22,7 @@ L2NORM_EPS = 1e-6     # l2norm(x) = x * rsqrt(sum(x^2) + eps): eps inside the sq
 
 
 def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurrent_state,
-                           ones=None, weight_loads=None):
+                           ones=None, weight_loads=None, store_queue=False):
     """One decode step of the gated delta rule on channel-major SBUF tiles, state HBM -> HBM.
 
     Dimensions:
@@ -46,6 +46,9 @@ def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurren
         weight_loads (list): optional, another stage's pending weight DMAs, (SBUF tile, HBM
             source, ...) each (in_proj.column_weight_loads): issued after the state's first loads
             and before its first store, so that they do not queue behind the stores.
+        store_queue (bool): the state stores on a DMA queue of their own
+            (delta_rule_pairs.move_pairs); ignored with weight_loads, which must finish ahead of
+            the stores and so share their queues.
 
     Returns:
         None; `o` and `new_state` hold the results.
@@ -57,8 +60,7 @@ def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurren
           are prepared under the current chunk's sub-chunks, and the operands of sub-chunk i + 1
           (S^T [k, q], the k rows, delta, the delta rows) are issued in pieces between the update
           groups of sub-chunk i, so that TensorE, VectorE and ScalarE work on both at once
-          instead of in turn. The state stores have a DMA queue of their own
-          (delta_rule_pairs.move_pairs) unless weight_loads ride in the recurrence.
+          instead of in turn.
         - Isolation: no matmul sums over two (batch, head) pairs, so a non-finite value in one
           sequence's inputs or state reaches no other sequence, and one in A_log or dt_bias no
           other head (delta_rule_pairs).
@@ -119,8 +121,8 @@ def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurren
             if upcoming_ops is not None:                  # and a share of i + 1's operands
                 done = _operand_pieces(upcoming_ops, done,
                                        (g + 1) * upcoming_ops["pieces"] // groups)
-        # weight_loads must finish ahead of the stores: those then share their queues
-        move_pairs(ring, new_state, steps, i, load=False, store_queue=weight_loads is None)
+        move_pairs(ring, new_state, steps, i, load=False,
+                   store_queue=store_queue and weight_loads is None)
         if prepare and mc < bc * nv:                      # else after this sub-chunk's update
             nxt = _prepare_pairs({"b0": b0 + bc, "bc": min(bc, B - b0 - bc)}, ins)
         if s0 + mc == bc * nv:                            # the chunk's last sub-chunk
