@@ -18,11 +18,12 @@ The cost is the DMA runs: a pair's row is 512 B in HBM (the fold of delta_rule_s
 import nki.isa as nisa
 import nki.language as nl
 
-from .delta_rule_state import PMAX, QUADRANT, STATE_BUFFERS, sub_chunks
+from .delta_rule_state import PMAX, PSUM_BANK_FMAX, QUADRANT, STATE_BUFFERS, sub_chunks
 
 SUB_PAIRS = 32      # pairs per sub-chunk: [dk, 32, dv] fp32 is 16 KiB per partition at dv = 128
 DMA_PAIRS = 8       # pairs per state DMA: four DMAs per sub-chunk each way, one per queue
 GROUP = PMAX // QUADRANT   # pairs whose outer-product rows share one transpose (one per quadrant)
+BANK_GROUPS = PSUM_BANK_FMAX // PMAX   # groups whose row transposes share a PSUM bank (d <= 128)
 
 
 def pair_steps(B, nv):
@@ -39,10 +40,14 @@ def pair_ring(dk, dv, steps):
     return nl.ndarray((dk, min(STATE_BUFFERS, len(steps)), m, dv), nl.float32, name="state_ring")
 
 
-def move_pairs(ring, hbm, steps, i, load):
+def move_pairs(ring, hbm, steps, i, load, store_queue=False):
     """Load (load=True) or store the state of sub-chunk i between HBM [B, nv, dk, dv] and its ring
     slot, i % slots; nothing if there is no sub-chunk i. A head slice of a larger state (one
-    program of an LNC grid) moves one piece per batch row."""
+    program of an LNC grid) moves one piece per batch row.
+
+    store_queue: stores on a queue of their own (hardware DGE triggered by SyncE) instead of the
+    queues the compiler fills in turn, so that a load waiting for its slot's store holds up no
+    store, and no store holds up a load or a later DMA."""
     if i < len(steps):
         b0, _, s0, mc = steps[i]
         S = ring[:, i % ring.shape[1]]
@@ -52,19 +57,22 @@ def move_pairs(ring, hbm, steps, i, load):
             flat = hbm.reshape((B * nv, dk, dv))
             for j in range(0, mc, DMA_PAIRS):
                 n = min(DMA_PAIRS, mc - j)
-                _dma(S[:, j:j + n, :], flat[p0 + j:p0 + j + n].permute((1, 0, 2)), load)
+                _dma(S[:, j:j + n, :], flat[p0 + j:p0 + j + n].permute((1, 0, 2)), load,
+                     store_queue)
         else:
             p = p0
             while p < p0 + mc:
                 n = min(p0 + mc, (p // nv + 1) * nv) - p
                 _dma(S[:, p - p0:p - p0 + n, :], hbm[p // nv, p % nv:p % nv + n].permute((1, 0, 2)),
-                     load)
+                     load, store_queue)
                 p = p + n
 
 
-def _dma(sbuf, hbm, load):
+def _dma(sbuf, hbm, load, store_queue):
     if load:
         nisa.dma_copy(sbuf, hbm)
+    elif store_queue:
+        nisa.dma_copy(hbm, sbuf, dge_mode=nisa.dge_mode.hwdge, engine=nisa.engine.sync)
     else:
         nisa.dma_copy(hbm, sbuf)
 
@@ -122,68 +130,85 @@ def pair_gates(a, b, b0, bc, hp, ident, ones):
     return gbc
 
 
-def pair_products(ring, qk, steps, i):
-    """[S^T k, S^T q] of sub-chunk i, one matmul per pair (its state as the stationary, its
-    [k, q] columns of the chunk's qk [dk, n, 2] as the moving): PSUM [dv, mc, 2] fp32."""
-    _, _, s0, mc = steps[i]
+def pair_products(ring, qk, steps, i, kvsq, p_lo, p_hi):
+    """S^T [k, q] of pairs p_lo .. p_hi - 1 of sub-chunk i into kvsq [dv, mc, 2] PSUM fp32, one
+    matmul per pair (its state as the stationary, its [k, q] columns of the chunk's qk [dk, n, 2]
+    as the moving)."""
+    s0 = steps[i][2]
     S = ring[:, i % ring.shape[1]]
-    kvsq = nl.ndarray((S.shape[2], mc, 2), nl.float32, buffer=nl.psum, name="kv_sq")
-    for p in range(mc):
+    for p in range(p_lo, p_hi):
         nisa.nc_matmul(kvsq[:, p, :], S[:, p, :], qk[:, s0 + p, :])
-    return kvsq
 
 
 def padded_columns(d, mc, name):
     """[d, mc, 32] fp32 zeros: column 0 of pair p takes its vector, so a transpose of four pairs
-    puts them on partitions 0, 32, 64, 96 (outer_rows)."""
+    puts them on partitions 0, 32, 64, 96 (outer_rows). Only column 0 is ever written: zeroed once,
+    it serves every sub-chunk."""
     pad = nl.ndarray((d, mc, QUADRANT), nl.float32, name=name)
     nisa.memset(pad, 0.0, engine=nisa.engine.gpsimd)
     return pad
 
 
-def outer_rows(pad, name):
-    """[d, mc, 32] (padded_columns) -> SBUF [128, groups, d]: partition 32 r of group g holds pair
-    GROUP g + r's vector, a row a K = 1 matmul can read. TensorE transposes (exact) and ScalarE
-    evictions."""
-    d, mc, _ = pad.shape
-    groups = -(-mc // GROUP)
-    rows = nl.ndarray((PMAX, groups, d), nl.float32, name=name)
-    for g in range(groups):
+def outer_rows(pad, mc, rows, g0):
+    """Groups g0 .. g0 + BANK_GROUPS - 1 (those that exist) of the first mc pairs of a padded tile
+    (padded_columns) into rows [128, groups, d]: partition 32 r of group g holds pair GROUP g + r's
+    vector, a row a K = 1 matmul can read. TensorE transposes (exact) into one PSUM bank, then one
+    ScalarE eviction for the full groups (a fixed cost per instruction saved)."""
+    d = pad.shape[0]
+    n = min(BANK_GROUPS, -(-mc // GROUP) - g0)
+    ps = nl.ndarray((PMAX, BANK_GROUPS, d), nl.float32, buffer=nl.psum, name="rows_psum")
+    full = 0
+    for t in range(n):
+        g = g0 + t
         gs = min(GROUP, mc - GROUP * g)
-        ps = nl.ndarray((gs * QUADRANT, d), nl.float32, buffer=nl.psum, name=name + "_psum")
-        nisa.nc_transpose(ps, pad[:, GROUP * g:GROUP * g + gs, :], engine=nisa.engine.tensor)
-        nisa.activation(rows[0:gs * QUADRANT, g, :], op=nl.copy, data=ps)
-    return rows
+        nisa.nc_transpose(ps[0:gs * QUADRANT, t, :], pad[:, GROUP * g:GROUP * g + gs, :],
+                          engine=nisa.engine.tensor)
+        if gs == GROUP:
+            full = t + 1
+    if full:
+        nisa.activation(rows[:, g0:g0 + full, :], op=nl.copy, data=ps[:, 0:full, :])
+    for t in range(full, n):
+        gs = min(GROUP, mc - GROUP * (g0 + t))
+        nisa.activation(rows[0:gs * QUADRANT, g0 + t, :], op=nl.copy,
+                        data=ps[0:gs * QUADRANT, t, :])
 
 
-def pair_update(ring, i, steps, k_rows, d_rows, gbc, ident):
-    """S <- exp(g) S + k delta^T for sub-chunk i in its ring slot, per group of GROUP pairs.
+def decay_odd_groups(ring, i, steps, gbc):
+    """exp(g) S in place for the pairs of the odd groups of sub-chunk i (pair_update adds their
+    outer products through an identity matmul): ScalarE, each state scaled by its decay. Issued
+    ahead of the sub-chunk's update, so that no identity matmul waits on TensorE for them."""
+    _, _, s0, mc = steps[i]
+    S = ring[:, i % ring.shape[1]]
+    dk = S.shape[0]
+    for p in range(mc):
+        if p // GROUP % 2 == 1:
+            nisa.activation(S[:, p, :], op=nl.copy, data=S[:, p, :],
+                            scale=gbc[0:dk, 0, s0 + p:s0 + p + 1])
+
+
+def pair_update(ring, i, steps, k_rows, d_rows, gbc, ident, g):
+    """S <- exp(g) S + k delta^T for group g (GROUP pairs) of sub-chunk i in its ring slot.
 
     The outer products are K = 1 matmuls into one PSUM bank. Even groups: VectorE evicts each pair
-    as exp(g) S + PSUM. Odd groups: ScalarE scales each state by exp(g) in place, an identity
-    matmul adds the group's states (pairs along the free dim: each output column is one pair's),
-    ScalarE evicts. Either way no sum mixes two pairs."""
+    as exp(g) S + PSUM. Odd groups (their states already scaled by exp(g), decay_odd_groups): an
+    identity matmul adds the group's states (pairs along the free dim: each output column is one
+    pair's), ScalarE evicts. Either way no sum mixes two pairs."""
     _, _, s0, mc = steps[i]
     S = ring[:, i % ring.shape[1]]
     dk, _, dv = S.shape
-    for g in range(-(-mc // GROUP)):
-        gs = min(GROUP, mc - GROUP * g)
-        p0 = GROUP * g
-        new = nl.ndarray((dk, GROUP, dv), nl.float32, buffer=nl.psum, name="state_new")
-        if g % 2 == 1:
-            for r in range(gs):
-                nisa.activation(S[:, p0 + r, :], op=nl.copy, data=S[:, p0 + r, :],
-                                scale=gbc[0:dk, 0, s0 + p0 + r:s0 + p0 + r + 1])
+    gs = min(GROUP, mc - GROUP * g)
+    p0 = GROUP * g
+    new = nl.ndarray((dk, GROUP, dv), nl.float32, buffer=nl.psum, name="state_new")
+    for r in range(gs):
+        q = QUADRANT * r
+        nisa.nc_matmul(new[:, r, :], k_rows[q:q + 1, g, :], d_rows[q:q + 1, g, :])
+    if g % 2 == 1:
+        nisa.nc_matmul(new[:, 0:gs, :], ident[0:dk, 0:dk], S[:, p0:p0 + gs, :], accumulate=True,
+                       is_stationary_onezero=True)
+        nisa.activation(S[:, p0:p0 + gs, :], op=nl.copy, data=new[:, 0:gs, :])
+    else:
         for r in range(gs):
-            q = QUADRANT * r
-            nisa.nc_matmul(new[:, r, :], k_rows[q:q + 1, g, :], d_rows[q:q + 1, g, :])
-        if g % 2 == 1:
-            nisa.nc_matmul(new[:, 0:gs, :], ident[0:dk, 0:dk], S[:, p0:p0 + gs, :], accumulate=True,
-                           is_stationary_onezero=True)
-            nisa.activation(S[:, p0:p0 + gs, :], op=nl.copy, data=new[:, 0:gs, :])
-        else:
-            for r in range(gs):
-                p = p0 + r
-                nisa.scalar_tensor_tensor(S[:, p, :], data=S[:, p, :], op0=nl.multiply,
-                                          operand0=gbc[0:dk, 0, s0 + p:s0 + p + 1], op1=nl.add,
-                                          operand1=new[:, r, :])
+            p = p0 + r
+            nisa.scalar_tensor_tensor(S[:, p, :], data=S[:, p, :], op0=nl.multiply,
+                                      operand0=gbc[0:dk, 0, s0 + p:s0 + p + 1], op1=nl.add,
+                                      operand1=new[:, r, :])

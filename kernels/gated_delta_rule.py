@@ -10,8 +10,9 @@ import nki.language as nl
 import nki.isa as nisa
 
 from .checks import expect, expect_dtype, expect_rank, expect_shape
-from .delta_rule_pairs import (head_params, move_pairs, outer_rows, padded_columns,
-                               pair_gates, pair_products, pair_ring, pair_steps, pair_update)
+from .delta_rule_pairs import (BANK_GROUPS, GROUP, decay_odd_groups, head_params, move_pairs,
+                               outer_rows, padded_columns, pair_gates, pair_products, pair_ring,
+                               pair_steps, pair_update)
 from .delta_rule_state import PMAX, STATE_BUFFERS, fold_ones, identity
 from .gqa_repeat import value_heads_view
 from .in_proj import issue_loads
@@ -21,7 +22,7 @@ L2NORM_EPS = 1e-6     # l2norm(x) = x * rsqrt(sum(x^2) + eps): eps inside the sq
 
 
 def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurrent_state,
-                           ones=None, weight_loads=None):
+                           ones=None, weight_loads=None, store_queue=False):
     """One decode step of the gated delta rule on channel-major SBUF tiles, state HBM -> HBM.
 
     Dimensions:
@@ -45,6 +46,9 @@ def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurren
         weight_loads (list): optional, another stage's pending weight DMAs, (SBUF tile, HBM
             source, ...) each (in_proj.column_weight_loads): issued after the state's first loads
             and before its first store, so that they do not queue behind the stores.
+        store_queue (bool): the state stores on a DMA queue of their own
+            (delta_rule_pairs.move_pairs); ignored with weight_loads, which must finish ahead of
+            the stores and so share their queues.
 
     Returns:
         None; `o` and `new_state` hold the results.
@@ -52,9 +56,11 @@ def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurren
     Notes:
         - dk, dv, nv <= 128; nv a multiple of nq. With nq = nk, value head h reads key head
           h // G through gqa_repeat.value_heads_view (no copy).
-        - Program order is the schedule: the next chunk's inputs are prepared under the current
-          chunk's sub-chunks, and S^T [k, q], delta and the outer-product rows of sub-chunk i + 1
-          are issued before the update of sub-chunk i.
+        - Program order is the schedule, and each engine runs in order: the next chunk's inputs
+          are prepared under the current chunk's sub-chunks, and the operands of sub-chunk i + 1
+          (S^T [k, q], the k rows, delta, the delta rows) are issued in pieces between the update
+          groups of sub-chunk i, so that TensorE, VectorE and ScalarE work on both at once
+          instead of in turn.
         - Isolation: no matmul sums over two (batch, head) pairs, so a non-finite value in one
           sequence's inputs or state reaches no other sequence, and one in A_log or dt_bias no
           other head (delta_rule_pairs).
@@ -89,23 +95,36 @@ def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurren
     if weight_loads is not None:
         issue_loads(weight_loads)
     ins = (q, k, v, a, b, hp, o.dtype, ident, ones)       # what a chunk's preparation reads
+    pads = (padded_columns(dk, ring.shape[2], "k_pad"), padded_columns(dv, ring.shape[2],
+                                                                      "delta_pad"))
     chunk = _prepare_pairs({"b0": 0, "bc": steps[0][1]}, ins)
-    ops = _update_operands(chunk, pair_products(ring, chunk["qk"], steps, 0), steps[0])
+    ops = _start_operands(chunk, ring, steps, 0, pads)
+    _operand_pieces(ops, 0, ops["pieces"])
     nxt = chunk
     for i in range(len(steps)):
         b0, bc, s0, mc = steps[i]
         move_pairs(ring, recurrent_state, steps, i + STATE_BUFFERS - 1, load=True)
-        if s0 == 0 and b0 + bc < B:
+        prepare = s0 == 0 and b0 + bc < B                 # the next chunk's inputs, here if
+        if prepare and mc == bc * nv:                     # its first sub-chunk comes next
             nxt = _prepare_pairs({"b0": b0 + bc, "bc": min(bc, B - b0 - bc)}, ins)
         upcoming_ops = None
-        if i + 1 < len(steps):                            # sub-chunk i + 1's operands first
+        if i + 1 < len(steps):
             upcoming = chunk
             if steps[i + 1][0] != b0:
                 upcoming = nxt
-            kvsq = pair_products(ring, upcoming["qk"], steps, i + 1)        # S^T [k, q]
-            upcoming_ops = _update_operands(upcoming, kvsq, steps[i + 1])
-        pair_update(ring, i, steps, ops[0], ops[1], chunk["gbc"], ident)  # S = exp(g) S + k delta^T
-        move_pairs(ring, new_state, steps, i, load=False)
+            upcoming_ops = _start_operands(upcoming, ring, steps, i + 1, pads)
+        groups = -(-mc // GROUP)
+        decay_odd_groups(ring, i, steps, chunk["gbc"])
+        done = 0
+        for g in range(groups):                           # S = exp(g) S + k delta^T, a group
+            pair_update(ring, i, steps, ops["k_rows"], ops["d_rows"], chunk["gbc"], ident, g)
+            if upcoming_ops is not None:                  # and a share of i + 1's operands
+                done = _operand_pieces(upcoming_ops, done,
+                                       (g + 1) * upcoming_ops["pieces"] // groups)
+        move_pairs(ring, new_state, steps, i, load=False,
+                   store_queue=store_queue and weight_loads is None)
+        if prepare and mc < bc * nv:                      # else after this sub-chunk's update
+            nxt = _prepare_pairs({"b0": b0 + bc, "bc": min(bc, B - b0 - bc)}, ins)
         if s0 + mc == bc * nv:                            # the chunk's last sub-chunk
             nisa.tensor_copy(o[:, :, b0:b0 + bc].permute((0, 2, 1)),
                              chunk["o"].reshape_dim(1, (bc, nv)))
@@ -125,24 +144,51 @@ def _prepare_pairs(c, ins):
     nisa.tensor_copy(c["v"].reshape_dim(1, (bc, nv)), v[:, :, b0:b0 + bc].permute((0, 2, 1)),
                      engine=nisa.engine.gpsimd)
     c["o"] = nl.ndarray((dv, bc * nv), o_dtype, name="o_pairs")
-    squares = _square_qk(q, k, b0, bc, nv)
-    c["gbc"] = pair_gates(a, b, b0, bc, hp, ident, ones)
+    # q and k first: S^T [k, q] needs only them (and ScalarE's square and rsqrt share a table)
     consts = {"ones": ones}
-    c["qk"] = _normalize_qk(squares, q, k, b0, bc, nv, consts)
+    c["qk"] = _normalize_qk(_square_qk(q, k, b0, bc, nv), q, k, b0, bc, nv, consts)
     c["kq"] = _k_dot_q(c["qk"], dv, consts)
+    c["gbc"] = pair_gates(a, b, b0, bc, hp, ident, ones)
     return c
 
 
-def _update_operands(c, kvsq, step):
-    """delta and o of a sub-chunk from its [S^T k, S^T q] (kvsq), and the rows of its k delta^T
-    matmuls: (k rows, delta rows) as outer_rows gives them."""
-    _, _, s0, mc = step
-    dk = c["qk"].shape[0]
-    d_pad = padded_columns(c["v"].shape[0], mc, "delta_pad")
-    _delta_and_output(c, kvsq, s0, mc, d_pad[:, :, 0])
-    k_pad = padded_columns(dk, mc, "k_pad")
-    nisa.tensor_copy(k_pad[:, :, 0], c["qk"][:, s0:s0 + mc, 0], engine=nisa.engine.gpsimd)
-    return outer_rows(k_pad, "k_rows"), outer_rows(d_pad, "delta_rows")
+def _start_operands(c, ring, steps, i, pads):
+    """The operands of sub-chunk i's update (chunk c), to be built piece by piece
+    (_operand_pieces) under the previous sub-chunk's update: its PSUM [S^T k, S^T q], its k
+    columns in the padded k tile, and the tiles of its k rows and delta rows (outer_rows)."""
+    mc = steps[i][3]
+    groups = -(-mc // GROUP)
+    dk, dv = pads[0].shape[0], pads[1].shape[0]
+    nisa.tensor_copy(pads[0][:, 0:mc, 0], c["qk"][:, steps[i][2]:steps[i][2] + mc, 0],
+                     engine=nisa.engine.gpsimd)
+    return {"c": c, "ring": ring, "steps": steps, "i": i, "pads": pads, "groups": groups,
+            "pieces": 3 * groups + 1,
+            "kvsq": nl.ndarray((dv, mc, 2), nl.float32, buffer=nl.psum, name="kv_sq"),
+            "k_rows": nl.ndarray((PMAX, groups, dk), nl.float32, name="k_rows"),
+            "d_rows": nl.ndarray((PMAX, groups, dv), nl.float32, name="delta_rows")}
+
+
+def _operand_pieces(o, j0, j1):
+    """Pieces j0 .. j1 - 1 of the operands started by _start_operands, in dependency order (G
+    groups): S^T [k, q] of group j (pieces 0 .. G - 1); the k rows (G .. 2G - 1; piece G + g
+    transposes groups g .. g + BANK_GROUPS - 1 when BANK_GROUPS divides g); delta and o (2G); the
+    delta rows (2G + 1 .. 3G, likewise). Returns j1."""
+    G = o["groups"]
+    _, _, s0, mc = o["steps"][o["i"]]
+    c = o["c"]
+    for j in range(j0, j1):
+        if j < G:
+            pair_products(o["ring"], c["qk"], o["steps"], o["i"], o["kvsq"], GROUP * j,
+                          min(mc, GROUP * (j + 1)))
+        elif j < 2 * G:
+            if (j - G) % BANK_GROUPS == 0:
+                outer_rows(o["pads"][0], mc, o["k_rows"], j - G)
+        elif j == 2 * G:
+            _delta_and_output(c, o["kvsq"], s0, mc, o["pads"][1][:, 0:mc, 0])
+        else:
+            if (j - 2 * G - 1) % BANK_GROUPS == 0:
+                outer_rows(o["pads"][1], mc, o["d_rows"], j - 2 * G - 1)
+    return j1
 
 
 def _check_block_args(o, new_state, q, k, v, a, b, A_log, dt_bias, recurrent_state):
