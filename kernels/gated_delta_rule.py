@@ -15,14 +15,14 @@ from .delta_rule_pairs import (BANK_GROUPS, GROUP, decay_odd_groups, head_params
                                pair_steps, pair_update)
 from .delta_rule_state import PMAX, STATE_BUFFERS, fold_ones, identity
 from .gqa_repeat import value_heads_view
-from .in_proj import issue_loads
+from .in_proj import issue_loads, sum_columns
 from .layout import load_channel_major, store_rows
 
 L2NORM_EPS = 1e-6     # l2norm(x) = x * rsqrt(sum(x^2) + eps): eps inside the sqrt, on the sum
 
 
 def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurrent_state,
-                           ones=None, weight_loads=None, store_queue=False):
+                           ones=None, weight_loads=None, store_queue=False, fill=None):
     """One decode step of the gated delta rule on channel-major SBUF tiles, state HBM -> HBM.
 
     Dimensions:
@@ -49,6 +49,10 @@ def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurren
         store_queue (bool): the state stores on a DMA queue of their own
             (delta_rule_pairs.move_pairs); ignored with weight_loads, which must finish ahead of
             the stores and so share their queues.
+        fill (dict): optional, another stage's projection opened with in_proj.open_columns, its
+            weight DMAs issued: one weight chunk's matmuls go before the first chunk's
+            preparation and before each piece of the first sub-chunk's operands, where TensorE
+            waits on VectorE and ScalarE (TensorE runs in program order).
 
     Returns:
         None; `o` and `new_state` hold the results.
@@ -97,9 +101,12 @@ def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurren
     ins = (q, k, v, a, b, hp, o.dtype, ident, ones)       # what a chunk's preparation reads
     pads = (padded_columns(dk, ring.shape[2], "k_pad"), padded_columns(dv, ring.shape[2],
                                                                       "delta_pad"))
+    _fill_tensor(fill)
     chunk = _prepare_pairs({"b0": 0, "bc": steps[0][1]}, ins)
     ops = _start_operands(chunk, ring, steps, 0, pads)
-    _operand_pieces(ops, 0, ops["pieces"])
+    for j in range(ops["pieces"]):
+        _fill_tensor(fill)
+        _operand_pieces(ops, j, j + 1)
     nxt = chunk
     for i in range(len(steps)):
         b0, bc, s0, mc = steps[i]
@@ -130,6 +137,12 @@ def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurren
                              chunk["o"].reshape_dim(1, (bc, nv)))
             chunk = nxt
         ops = upcoming_ops
+
+
+def _fill_tensor(fill):
+    """The next weight chunk's matmuls of the `fill` projection, if any, on TensorE here."""
+    if fill is not None:
+        sum_columns(fill, 1)
 
 
 def _prepare_pairs(c, ins):

@@ -10,12 +10,14 @@ weights, the two states and the output. The stages' building blocks, called as t
   gated_delta_rule_block              stage 4
   rmsnorm_gated_tile                  stage 5
 
-It is composition step 9: the small inputs (A_log, dt_bias, norm_weight, the conv windows and
-weights) loaded ahead of the first weight chunk, and the conv windows transposed while the weights
-stream; z's weight DMAs issued inside the recurrence, ahead of its state stores (launched as
-gdn_block_tkg[2], value heads split between the two NeuronCores of an LNC=2 launch grid, each
-projecting only its own key heads' q | k columns). Steps 3 to 8 are the same body with switches off
-(kernels/steps.py); the composition chapters of the book explain each step.
+It is composition step 10: where z is projected after the recurrence, every weight streams on
+SyncE's hardware-DGE queue in the order TensorE reads it, z last, and z's matmuls run as its chunks
+land: two after the conv stage, others in the recurrence's TensorE waits, the rest after it. The
+small inputs (A_log, dt_bias, norm_weight, the conv windows and weights) load ahead of the first
+weight chunk, and the conv windows turn while the weights stream (launched as gdn_block_tkg[2],
+value heads split between the two NeuronCores of an LNC=2 launch grid, each projecting only its own
+key heads' q | k columns). Steps 3 to 9 are the same body with switches off (kernels/steps.py); the
+composition chapters of the book explain each step.
 """
 import nki
 import nki.isa as nisa
@@ -28,8 +30,8 @@ from .delta_rule_state import fold_ones
 from .gated_delta_rule import gated_delta_rule_block, load_head_params
 from .gqa_repeat import expand_key_heads
 from .gdn_block_checks import block_dims, check_block_dtypes
-from .in_proj import (BF16_BYTES, MIN_SLICE_RUN_BYTES, column_weight_loads, load_hidden_T,
-                      project_columns)
+from .in_proj import (BF16_BYTES, MIN_SLICE_RUN_BYTES, column_weight_loads, issue_loads,
+                      load_hidden_T, open_columns, project_columns, sum_columns)
 from .layout import load_channel_major, store_rows
 from .rmsnorm_gated import load_norm_weight, rmsnorm_gated_tile
 
@@ -37,6 +39,12 @@ from .rmsnorm_gated import load_norm_weight, rmsnorm_gated_tile
 # less 16 KiB the runtime reserves) holds the delta rule's state ring (64 KiB) and the stages'
 # temporaries (checked with nkicpu's capacity accounting up to Qwen3-Next-80B TP1 at B = 256).
 ACTIVATION_SBUF_BYTES = 120 * 1024
+# queue_roles: z's weight chunks whose matmuls go between the conv stage and the recurrence. Swept
+# 0 .. 12 (modeled, trn2 cost model, B = 1, Qwen3-Next-80B TP4 and Qwen3.5-27B TP8, one and two
+# cores): 2 gives the best likely time at three of the four and is within 0.7 us at the fourth.
+# More hold back the recurrence's first TensorE work where z has few chunks (Next TP4 on two
+# cores, 4 chunks: likely 50.3 us at 2, 53.0 at 3); fewer leave TensorE idle during the conv stage.
+Z_CHUNKS_BEFORE_RECURRENCE = 2
 
 
 @nki.jit
@@ -87,14 +95,16 @@ def gdn_block_tkg(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_st
     """
     return gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state,
                           A_log, dt_bias, norm_weight, recurrent_state, gqa_by_index=True,
-                          place_z=True, qk_slices=True, z_early=True, loads_first=True)
+                          place_z=True, qk_slices=True, z_early=True, loads_first=True,
+                          queue_roles=True)
 
 
 def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
                    dt_bias, norm_weight, recurrent_state, gqa_by_index, place_z, qk_slices,
-                   z_early=False, loads_first=False):
-    """The fused body; the five switches are composition steps 4, 5, 7, 8 and 9 (kernels/steps.py;
-    z_early and loads_first are off unless given, as in every step before 8 and 9).
+                   z_early=False, loads_first=False, queue_roles=False):
+    """The fused body; the six switches are composition steps 4, 5, 7, 8, 9 and 10
+    (kernels/steps.py; z_early, loads_first and queue_roles are off unless given, as in every step
+    before 8, 9 and 10).
 
     On an LNC grid each program takes its value heads and the key heads they read
     (`program_heads`); every HBM write is its own heads' slice, except the conv state of a key
@@ -128,6 +138,12 @@ def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
     # (a and b first: the gates need them). a and b are projected whole on every program, q | k
     # too unless qk_slices and the program's key heads make weight-row runs long enough to stream.
     hidden_T = load_hidden_T(nl.ndarray((pmax, B, H // pmax), nl.bfloat16, name="hidden_T"), hidden)
+    # queue_roles, z last: every weight on SyncE's hardware-DGE queue (wq), in the order TensorE
+    # reads them, z's last, so that z's chunks land one by one in order while the state streams on
+    # the compiler's queues, and z's matmuls go where TensorE waits anyway.
+    wq = None
+    if queue_roles and z_last:
+        wq = nisa.engine.sync
     sliced = qk_slices and nkh < nk and nkh * dk * BF16_BYTES >= MIN_SLICE_RUN_BYTES
     q0 = k0 if sliced else 0                        # the first key head this program projects
     qk = nl.ndarray((dk, 2, nkh if sliced else nk, B), nl.bfloat16, name="qk_proj")   # q, then k
@@ -151,17 +167,22 @@ def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
         for i in range(len(groups)):
             dst, _, c0 = groups[i]
             loaded.append(load_windows(conv_weight, conv_state, c0, dst.shape[0], dst.shape[1]))
-    a = _heads_of(_projected((nv, B), hidden_T, W_in_a, "a"), h0, nh, "a_heads")
-    b = _heads_of(_projected((nv, B), hidden_T, W_in_b, "b"), h0, nh, "b_heads")
+    a = _heads_of(_projected((nv, B), hidden_T, W_in_a, "a", wq), h0, nh, "a_heads")
+    b = _heads_of(_projected((nv, B), hidden_T, W_in_b, "b", wq), h0, nh, "b_heads")
     if sliced:
         for i in range(2):
-            project_columns(qk[:, i], hidden_T, W_in_qkv, col0=i * key_dim + k0 * dk)
+            project_columns(qk[:, i], hidden_T, W_in_qkv, col0=i * key_dim + k0 * dk, queue=wq)
     else:
-        project_columns(qk.reshape((dk, 2 * nk, B)), hidden_T, W_in_qkv)
-    project_columns(v, hidden_T, W_in_qkv, col0=2 * key_dim + h0 * dv)
+        project_columns(qk.reshape((dk, 2 * nk, B)), hidden_T, W_in_qkv, queue=wq)
+    project_columns(v, hidden_T, W_in_qkv, col0=2 * key_dim + h0 * dv, queue=wq)
     z = nl.ndarray((dv, nh, B), nl.bfloat16, name="z")
+    z_open = None
     if not z_last:
         project_columns(z, hidden_T, W_in_z, col0=h0 * dv)
+    elif wq is not None:          # z's DMAs now, on the queue behind v's; its matmuls as they land
+        z_first = column_weight_loads(z, hidden_T, W_in_z, col0=h0 * dv)
+        issue_loads(z_first, wq)
+        z_open = open_columns(z, hidden_T, W_in_z, col0=h0 * dv, loads=z_first)
 
     # stage 2: the conv window of this program's q and k heads (dk-channel tiles) and v heads (dv)
     # (first: every group's conv before any new window's transposes and store)
@@ -174,6 +195,8 @@ def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
             conv1d_decode_channels(dst, new_conv_state, x, conv_weight, conv_state, c0=c0)
     for i in range(len(windows)):
         store_windows(new_conv_state, windows[i])
+    if z_open is not None:
+        sum_columns(z_open, Z_CHUNKS_BEFORE_RECURRENCE)
 
     # stage 3: key heads as they are (value head h reads key head h // G) or copied to value heads
     q = qk_c[:, 0]
@@ -190,11 +213,14 @@ def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
     # z_early: the recurrence issues z's weight DMAs after its first state loads, ahead of the
     # state stores that wait for its compute; z's matmuls stay after it.
     z_loads = None
-    if z_last and z_early:
+    if z_last and z_early and z_open is None:
         z_loads = column_weight_loads(z, hidden_T, W_in_z, col0=h0 * dv)
     gated_delta_rule_block(o, new_recurrent_state[:, h0:h1], q, k, v_c, a, b, A_sb, dt_sb,
-                           recurrent_state[:, h0:h1], ones=ones, weight_loads=z_loads)
-    if z_last:
+                           recurrent_state[:, h0:h1], ones=ones, weight_loads=z_loads,
+                           fill=z_open)
+    if z_open is not None:        # queue_roles: z's chunks the recurrence left
+        sum_columns(z_open, z_open["n_chunks"])
+    elif z_last:
         project_columns(z, hidden_T, W_in_z, col0=h0 * dv, loads=z_loads)
 
     # stage 5, then the only activation store: each token's row of this program's heads
@@ -257,11 +283,12 @@ def _whole_groups(h0, nh, G):
     return h0 % G == 0 and nh % G == 0
 
 
-def _projected(shape, hidden_T, W, name):
+def _projected(shape, hidden_T, W, name, queue=None):
     """A new SBUF tile of `shape` ([P, ..., B]) holding hidden @ W's first columns, channel-major:
-    tiles of P channels along the middle dims."""
+    tiles of P channels along the middle dims; the weight DMAs on `queue` (project_columns)."""
     t = nl.ndarray(shape, nl.bfloat16, name=name)
-    project_columns(t.reshape((shape[0], t.size // (shape[0] * shape[-1]), shape[-1])), hidden_T, W)
+    project_columns(t.reshape((shape[0], t.size // (shape[0] * shape[-1]), shape[-1])), hidden_T, W,
+                    queue=queue)
     return t
 
 

@@ -114,7 +114,7 @@ def project_rows(dst, hidden_T, W, col0=0):
         _rows_group(dst[:, c:c + min(width, n - c)], hidden_T, W3, col0 + c, chunks)
 
 
-def project_columns(dst, hidden_T, W, col0=0, loads=None):
+def project_columns(dst, hidden_T, W, col0=0, loads=None, queue=None):
     """Project the token batch onto a range of W's output channels, channel-major on chip.
 
     Dimensions:
@@ -131,6 +131,8 @@ def project_columns(dst, hidden_T, W, col0=0, loads=None):
         col0: first output channel (a Python int).
         loads: optional, `column_weight_loads(dst, hidden_T, W, col0)` already issued; None:
             each weight chunk's DMA is issued here, just before its matmuls.
+        queue: optional, the engine (nisa.engine.sync) whose hardware-DGE queue carries the
+            weight DMAs issued here; None: the compiler's queues.
 
     Returns:
         None; dst holds the projection.
@@ -151,16 +153,48 @@ def project_columns(dst, hidden_T, W, col0=0, loads=None):
             acc += hidden_T[:, kt, :].T @ W[rows, col0:col0 + T * P]
         dst[...] = acc.reshape(B, T, P).transpose(2, 1, 0).astype(dst.dtype)
     """
+    p = open_columns(dst, hidden_T, W, col0, loads, queue)
+    sum_columns(p, p["n_chunks"])
+
+
+def open_columns(dst, hidden_T, W, col0=0, loads=None, queue=None):
+    """`project_columns(dst, hidden_T, W, col0, loads, queue)` in steps: returns its state for
+    `sum_columns`, which issues the matmuls of the next weight chunks (and a column group's
+    evictions after its last chunk), so that a caller can place them in TensorE's program order."""
     W3, groups = _column_groups(dst, hidden_T, W, col0)
-    chunks = _token_chunks(hidden_T.shape[2])
-    n = 0                                   # weight chunks of the groups before this one
+    bounds = [0]                             # weight chunks before each group, and in all
     for i in range(len(groups)):
-        group, c0 = groups[i]
-        group_loads = None
-        if loads is not None:
-            group_loads = loads[n:n + _chunk_count(W3.shape[1], group.shape[0] * group.shape[1])]
-            n += len(group_loads)
-        _columns_group(group, hidden_T, W3, c0, chunks, group_loads)
+        group = groups[i][0]
+        bounds.append(bounds[-1] + _chunk_count(W3.shape[1], group.shape[0] * group.shape[1]))
+    return {"W3": W3, "groups": groups, "bounds": bounds, "hidden_T": hidden_T, "loads": loads,
+            "queue": queue, "chunks": _token_chunks(hidden_T.shape[2]), "n_chunks": bounds[-1],
+            "next": 0, "accs": None}
+
+
+def sum_columns(p, n):
+    """The matmuls of the next n weight chunks of an `open_columns` projection, in order; each
+    chunk's DMA just before them unless the projection was opened with its loads issued."""
+    stop = min(p["next"] + n, p["n_chunks"])
+    while p["next"] < stop:
+        i = p["next"]
+        g = 0
+        while p["bounds"][g + 1] <= i:
+            g += 1
+        group, c0 = p["groups"][g]
+        width = group.shape[0] * group.shape[1]
+        j = i - p["bounds"][g]
+        n_chunks = p["bounds"][g + 1] - p["bounds"][g]
+        if j == 0:
+            p["accs"] = _new_accs(p["chunks"], width)
+        if p["loads"] is None:
+            load = _weight_chunk(p["W3"], c0, width, j, n_chunks)
+            issue_loads([load], p["queue"])
+        else:
+            load = p["loads"][i]
+        _chunk_matmuls(p["accs"], p["hidden_T"], load, p["chunks"])
+        if j == n_chunks - 1:
+            _columns_evict(group, p["accs"], p["chunks"])
+        p["next"] = i + 1
 
 
 def column_weight_loads(dst, hidden_T, W, col0=0):
@@ -181,10 +215,15 @@ def column_weight_loads(dst, hidden_T, W, col0=0):
     return loads
 
 
-def issue_loads(loads):
-    """Issue the DMAs of a list of (SBUF tile, HBM source, ...) loads, in order."""
+def issue_loads(loads, queue=None):
+    """Issue the DMAs of a list of (SBUF tile, HBM source, ...) loads, in order; on `queue`'s
+    hardware-DGE queue if given (one in-order queue: they land in this order)."""
     for i in range(len(loads)):
-        nisa.dma_copy(dst=loads[i][0], src=loads[i][1])
+        if queue is None:
+            nisa.dma_copy(dst=loads[i][0], src=loads[i][1])
+        else:
+            nisa.dma_copy(dst=loads[i][0], src=loads[i][1], dge_mode=nisa.dge_mode.hwdge,
+                          engine=queue)
 
 
 def _column_groups(dst, hidden_T, W, col0):
@@ -238,13 +277,25 @@ def _group_columns(B, P):
     return banks * nl.tile_size.psum_bank_fmax // P * P
 
 
-def _accumulate(hidden_T, W3, c0, width, chunks, loads=None):
+def _accumulate(hidden_T, W3, c0, width, chunks):
     """The fp32 sums hidden @ W[:, c0:c0 + width] of every token chunk, in PSUM.
 
     Returns accs: accs[i][j] is the [tokens of chunk i, <= 512] bank of columns c0 + 512 * j ...
     The weight columns stream once, in row chunks of at most WEIGHT_DMA_BYTES per partition; each
-    chunk's DMA is issued just before its matmuls unless `loads` holds the chunks already issued.
+    chunk's DMA is issued just before its matmuls.
     """
+    accs = _new_accs(chunks, width)
+    n_chunks = _chunk_count(W3.shape[1], width)
+    for i in range(n_chunks):
+        load = _weight_chunk(W3, c0, width, i, n_chunks)
+        issue_loads([load])
+        _chunk_matmuls(accs, hidden_T, load, chunks)
+    return accs
+
+
+def _new_accs(chunks, width):
+    """The PSUM banks of one column group: accs[i][j] [tokens of chunk i, <= 512], columns
+    512 * j ..."""
     fmax = nl.tile_size.psum_bank_fmax
     accs = []
     for chunk in chunks:
@@ -253,24 +304,22 @@ def _accumulate(hidden_T, W3, c0, width, chunks, loads=None):
             banks.append(nl.ndarray((chunk[1], min(fmax, width - n0)), dtype=nl.float32,
                                     buffer=nl.psum))
         accs.append(banks)
-    n_chunks = _chunk_count(W3.shape[1], width)
-    for i in range(n_chunks):
-        if loads is None:
-            load = _weight_chunk(W3, c0, width, i, n_chunks)
-            issue_loads([load])
-        else:
-            load = loads[i]
-        w_sb, _, kt0 = load
-        for j in range(w_sb.shape[1]):
-            kt = kt0 + j
-            for c in range(len(accs)):
-                b0, bb = chunks[c]
-                for k in range(len(accs[c])):
-                    acc = accs[c][k]
-                    nisa.nc_matmul(dst=acc, stationary=hidden_T[:, kt, b0:b0 + bb],
-                                   moving=w_sb[:, j, k * fmax:k * fmax + acc.shape[1]],
-                                   accumulate=(kt > 0))
     return accs
+
+
+def _chunk_matmuls(accs, hidden_T, load, chunks):
+    """The matmuls of one weight chunk (SBUF tile, HBM rows, first row tile) into accs."""
+    fmax = nl.tile_size.psum_bank_fmax
+    w_sb, _, kt0 = load
+    for j in range(w_sb.shape[1]):
+        kt = kt0 + j
+        for c in range(len(accs)):
+            b0, bb = chunks[c]
+            for k in range(len(accs[c])):
+                acc = accs[c][k]
+                nisa.nc_matmul(dst=acc, stationary=hidden_T[:, kt, b0:b0 + bb],
+                               moving=w_sb[:, j, k * fmax:k * fmax + acc.shape[1]],
+                               accumulate=(kt > 0))
 
 
 def _chunk_count(KT, width):
@@ -311,12 +360,11 @@ def _rows_group(dst, hidden_T, W3, c0, chunks):
             _evict_banks(dst[b0:b0 + bb, :], accs[c])
 
 
-def _columns_group(dst, hidden_T, W3, c0, chunks, loads):
-    """One column group of `project_columns`: dst [P, nt, B] channel-major, via fp32 row-major
-    sums; loads: the group's weight chunks already issued, or None."""
+def _columns_evict(dst, accs, chunks):
+    """One column group of `project_columns` out of PSUM: dst [P, nt, B] channel-major, via fp32
+    row-major sums."""
     P, nt, _ = dst.shape
     width = nt * P
-    accs = _accumulate(hidden_T, W3, c0, width, chunks, loads)
     for c in range(len(accs)):
         b0, bb = chunks[c]
         sums = nl.ndarray((bb, width), dtype=nl.float32, buffer=nl.sbuf)     # row-major, exact

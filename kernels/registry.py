@@ -101,9 +101,11 @@ ENTRIES = _STAGE_ENTRIES + (
           lnc=2),
     _step(8, "8_z_early", "kernels.steps:gdn_block_tkg_z_early",
           "z's weight DMAs issued inside the recurrence, ahead of its state stores"),
-    _step(9, "9_loads_first", "kernels.gdn_block:gdn_block_tkg",
+    _step(9, "9_loads_first", "kernels.steps:gdn_block_tkg_loads_first",
           "the small inputs loaded ahead of the weights, the conv windows turned while they "
           "stream"),
+    _step(10, "10_queue_roles", "kernels.gdn_block:gdn_block_tkg",
+          "z last: every weight on one queue in TensorE's order, z's matmuls as its chunks land"),
 )
 BY_NAME = {e.name: e for e in ENTRIES}
 STEPS = tuple(e for e in ENTRIES if e.step is not None)

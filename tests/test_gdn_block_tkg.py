@@ -18,7 +18,9 @@ import nkicpu
 from kernels.configs import TEST_SHARDS, GDNShape, model_shard
 from kernels.gdn_block import gdn_block_tkg
 from kernels.in_proj import MIN_SLICE_RUN_BYTES
-from kernels.steps import gdn_block_tkg_whole_qk, gdn_block_tkg_z_early, gdn_block_tkg_z_queued
+from kernels.steps import (gdn_block_tkg_loads_first, gdn_block_tkg_whole_qk, gdn_block_tkg_z_early,
+                           gdn_block_tkg_z_queued)
+from nkicpu.schedule import lanes as schedule_lanes
 from kernels.reference import gdn_block_tkg_ref, make_inputs, to_numpy, to_torch
 from tests.gdn_float64 import np_block
 from kernels.registry import BY_NAME
@@ -116,10 +118,10 @@ SMALL_INPUTS = ("conv_weight", "conv_state", "A_log", "dt_bias", "norm_weight")
 @pytest.mark.parametrize("lnc", [1, 2])
 @shapes_param([SHARDS[0], SHARDS[3], SHARDS[4]])
 def test_loads_first_moves_only_the_small_loads(lnc, shape):
-    """Step 9 (gdn_block_tkg) issues every DMA reading a small input before the first weight DMA
-    on each core, step 8 does not; the results are the same bit for bit."""
+    """Step 9 (gdn_block_tkg_loads_first) issues every DMA reading a small input before the first
+    weight DMA on each core, step 8 does not; the results are the same bit for bit."""
     x = make_inputs(shape, seed=16)
-    late, first = gdn_block_tkg_z_early, gdn_block_tkg
+    late, first = gdn_block_tkg_z_early, gdn_block_tkg_loads_first
     if lnc == 2:
         late, first = late[2], first[2]
     before, after = nkicpu.capture(late)(*x.values()), nkicpu.capture(first)(*x.values())
@@ -136,6 +138,60 @@ def test_loads_first_moves_only_the_small_loads(lnc, shape):
     for got, want in zip(after.outputs, before.outputs):
         assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
 
+
+
+def _weight_dma_queues(c, names, core):
+    """The queue of every weight DMA of `core`, in program order (without the core's prefix)."""
+    weights = {c.arguments[names.index(n)] for n in ("W_in_qkv", "W_in_z", "W_in_a", "W_in_b")}
+    lanes = schedule_lanes(c.instructions)
+    queues = [lane for i, lane in zip(c.instructions, lanes)
+              if i.core == core and i.engine == "dma" and {a.alloc for a in i.reads} & weights]
+    return [lane.split(" ", 1)[1] if lane.startswith("c") else lane for lane in queues]
+
+
+@pytest.mark.parametrize("lnc", [1, 2])
+@shapes_param([SHARDS[0], SHARDS[4], model_shard("Qwen3-Next-80B", 4, B=8)])
+def test_queue_roles_moves_only_weight_queues_and_z_matmuls(lnc, shape):
+    """Step 10 (gdn_block_tkg) against step 9: where z is projected after the recurrence (step 9
+    issues z's weight DMAs after the first state load) every weight DMA moves to SyncE's queue,
+    and z's first matmul ahead of the last state store; elsewhere nothing moves. Same
+    instructions, same results bit for bit."""
+    x = make_inputs(shape, seed=17)
+    nine, ten = gdn_block_tkg_loads_first, gdn_block_tkg
+    if lnc == 2:
+        nine, ten = nine[2], ten[2]
+    before, after = nkicpu.capture(nine)(*x.values()), nkicpu.capture(ten)(*x.values())
+    names = list(x)
+    w_z = before.arguments[names.index("W_in_z")]
+    state = before.arguments[names.index("recurrent_state")]
+    assert len(after.instructions) == len(before.instructions)
+    for core in range(lnc):
+        dmas = [i for i in before.instructions if i.core == core and i.engine == "dma"]
+        first_z = min(k for k, i in enumerate(dmas) if any(r.alloc == w_z for r in i.reads))
+        z_last = first_z > min(k for k, i in enumerate(dmas)
+                               if any(r.alloc == state for r in i.reads))
+        q9, q10 = _weight_dma_queues(before, names, core), _weight_dma_queues(after, names, core)
+        assert len(q9) == len(q10) and set(q9) != {"DMA SyncE"}
+        assert (set(q10) == {"DMA SyncE"}) == z_last
+        assert _z_matmul_before_last_store(before, core) == (not z_last)
+        assert _z_matmul_before_last_store(after, core)
+    for got, want in zip(after.outputs, before.outputs):
+        assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+def _z_matmul_before_last_store(c, core):
+    """Whether TensorE reads one of z's weight chunks before the last state store DMA of `core`."""
+    w_z = c.arguments[2]
+    ins = [i for i in c.instructions if i.core == core]
+    chunks = set()
+    for i in ins:
+        if i.engine == "dma" and any(r.alloc == w_z for r in i.reads):
+            chunks |= {a.alloc for a in i.writes}
+    first_z = min(k for k, i in enumerate(ins)
+                  if i.opcode == "nc_matmul" and any(r.alloc in chunks for r in i.reads))
+    last_store = max(k for k, i in enumerate(ins) if i.engine == "dma" and any(
+        c.allocations[a.alloc].name == "new_recurrent_state" for a in i.writes))
+    return first_z < last_store
 
 # --- edge cases (book/gdn/math.md) -------------------------------------------------------------
 
