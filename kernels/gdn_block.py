@@ -45,6 +45,10 @@ ACTIVATION_SBUF_BYTES = 120 * 1024
 # More hold back the recurrence's first TensorE work where z has few chunks (Next TP4 on two
 # cores, 4 chunks: likely 50.3 us at 2, 53.0 at 3); fewer leave TensorE idle during the conv stage.
 Z_CHUNKS_BEFORE_RECURRENCE = 2
+# PSUM banks gated_delta_rule_block may hold at once (its notes): queue_roles keeps one column
+# group of z's sums open through the recurrence, so only where that group fits the other banks
+# (not at Qwen3-Next-80B TP1: 4096 columns of z, a 4-bank group).
+RECURRENCE_PSUM_BANKS = 6
 
 
 @nki.jit
@@ -145,7 +149,8 @@ def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
     # own gets one share of the bandwidth and ends last (modeled, trn2 cost model, Qwen3-Next-80B
     # TP4, B = 32: best 137.5 -> 138.1 us).
     wq = None
-    if queue_roles and z_last:
+    z_banks = -(-B // pmax) * -(-nh * dv // nl.tile_size.psum_bank_fmax)   # z's sums, if one group
+    if queue_roles and z_last and z_banks <= nl.tile_size.psum_num_banks - RECURRENCE_PSUM_BANKS:
         wq = nisa.engine.sync
     sliced = qk_slices and nkh < nk and nkh * dk * BF16_BYTES >= MIN_SLICE_RUN_BYTES
     q0 = k0 if sliced else 0                        # the first key head this program projects

@@ -179,6 +179,21 @@ def test_queue_roles_moves_only_weight_queues_and_z_matmuls(lnc, shape):
         assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
 
 
+@pytest.mark.parametrize("lnc", [1, 2])
+def test_queue_roles_only_where_z_fits_psum_beside_the_recurrence(lnc):
+    """Qwen3-Next-80B TP1, B = 1: z (4096 columns) would hold 4 PSUM banks through the recurrence,
+    which takes up to 6 of the 8, so step 10 keeps step 9's order there: it runs, on one core and
+    two, bit for bit step 9's results."""
+    x = make_inputs(model_shard("Qwen3-Next-80B", 1, B=1), seed=3)
+    nine, ten = gdn_block_tkg_loads_first, gdn_block_tkg
+    if lnc == 2:
+        nine, ten = nine[2], ten[2]
+    before, after = nkicpu.capture(nine)(*x.values()), nkicpu.capture(ten)(*x.values())
+    assert _weight_dma_queues(after, list(x), 0) == _weight_dma_queues(before, list(x), 0)
+    for got, want in zip(after.outputs, before.outputs):
+        assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
 def _z_matmul_before_last_store(c, core):
     """Whether TensorE reads one of z's weight chunks before the last state store DMA of `core`."""
     w_z = c.arguments[2]
