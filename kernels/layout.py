@@ -19,7 +19,13 @@ import nki.isa as nisa
 
 from .checks import expect, expect_dtype
 
-MIN_PIECE_BYTES = 2048      # a row is cut over several partitions only into runs at least this long
+# A row is cut over several partitions only into runs at least this long: the trn2 cost model's
+# DMA_LONG_RUN_BYTES, from which on a run costs only its bytes (the DMA guides' figure puts 512 B
+# runs at about a fifth of the peak rate; the model follows the trn2 streams behind that constant).
+# Shorter pieces mean fewer TensorE transposes and fewer elements per partition to copy: at B = 1
+# the output row's 8 transposes and [1, 1024] copy become 2 and [4, 256] (Qwen3-Next-80B TP4, one
+# core), the chain that ends the fused kernel.
+MIN_PIECE_BYTES = 512
 
 
 def load_channel_major(dst, src):

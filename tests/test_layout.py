@@ -26,15 +26,15 @@ BF16 = ml_dtypes.bfloat16
 # (rows R, channels C, inner dim K or None, channels per tile P, dtype)
 CASES = [
     (1, 128, None, 128, BF16),          # one row, one tile
-    (8, 1280, None, 128, BF16),         # a decode batch, T = 10, rows too short to cut (2.5 KiB)
-    (8, 6144, None, 128, BF16),         # rows cut into 6 pieces of 2 KiB
+    (8, 1280, None, 128, BF16),         # a decode batch, T = 10, rows cut into 5 pieces of 512 B
+    (8, 6144, None, 128, BF16),         # rows cut into 16 pieces of 768 B
     (300, 256, None, 128, BF16),        # R > 128, not a multiple of 128
     (200, 384, None, 128, np.float32),  # fp32, R > 128
     (3, 160, None, 80, BF16),           # 80-channel tiles (a caller's tail tile)
     (6, 16, None, 16, BF16),            # tiny head dim
     (3, 15, None, 5, BF16),             # odd rows and odd channels per tile: bf16 transposes go fp32
-    (8, 1280, 4, 128, BF16),            # conv_state: rows cut into 5 pieces of 2 KiB
-    (1, 6144, 4, 128, BF16),            # one long conv_state row over 24 partitions
+    (8, 1280, 4, 128, BF16),            # conv_state: rows cut into 10 pieces of 1 KiB
+    (1, 6144, 4, 128, BF16),            # one long conv_state row over 48 partitions
     (130, 256, 3, 128, BF16),           # K = 3, R > 128
     (48, 128, 4, 128, np.float32),      # conv_weight as rows [T, 128, K]
     (8, 128, 40, 128, BF16),            # hidden [B, 128, KT] at H = 5120
@@ -184,10 +184,11 @@ def test_every_dma_moves_one_long_contiguous_run_per_partition(case):
 
 
 @pytest.mark.parametrize("case, partitions, run", [
-    ((8, 1280, None, 128, BF16), 8, 2560),     # 2.5 KiB rows: too short to cut
-    ((8, 6144, None, 128, BF16), 48, 2048),    # 12 KiB rows in 6 pieces
-    ((8, 1280, 4, 128, BF16), 40, 2048),       # 10 KiB conv_state rows in 5 pieces
-    ((1, 6144, 4, 128, BF16), 24, 2048),       # one 48 KiB row in 24 pieces
+    ((8, 384, None, 128, BF16), 8, 768),       # 768 B rows of 3 tiles: too short to cut
+    ((8, 1280, None, 128, BF16), 40, 512),     # 2.5 KiB rows in 5 pieces
+    ((8, 6144, None, 128, BF16), 128, 768),    # 12 KiB rows in 16 pieces: all 128 partitions
+    ((8, 1280, 4, 128, BF16), 80, 1024),       # 10 KiB conv_state rows in 10 pieces, one tile each
+    ((1, 6144, 4, 128, BF16), 48, 1024),       # one 48 KiB row in 48 pieces
     ((16, 8192, 4, 128, BF16), 128, 8192),     # 64 KiB rows in 8 pieces: all 128 partitions
     ((200, 6144, None, 128, BF16), 128, 12288),  # a full chunk of 128 rows is not cut
 ])
@@ -207,8 +208,8 @@ def test_column_slices_of_wider_rows_take_one_partition_per_row():
     assert np.array_equal(c.outputs.view(np.uint16), x.view(np.uint16))
     dmas = [i for i in c.instructions if i.opcode == "dma_copy"]
     assert [hbm_runs(i) for i in dmas] == [(8, 10 * 128 * 4 * 2, True)] * 4
-    whole = nkicpu.capture(load_then_store)(x[:, :1280], 128)    # the same rows on their own: cut in 5
-    assert hbm_runs(next(i for i in whole.instructions if i.opcode == "dma_copy")) == (40, 2048, True)
+    whole = nkicpu.capture(load_then_store)(x[:, :1280], 128)    # the same rows on their own: cut in 10
+    assert hbm_runs(next(i for i in whole.instructions if i.opcode == "dma_copy")) == (80, 1024, True)
 
 
 @pytest.mark.parametrize("case", [(1, 256, None, 128, BF16), (3, 15, None, 5, BF16)], ids=case_id)
@@ -228,11 +229,11 @@ def test_odd_bf16_transposes_run_in_fp32(case):
 
 
 def test_instruction_plan():
-    """8 rows of 6144 bf16 channels (48 tiles): per direction one DMA, 8 transposes (48 tiles in
-    6 pieces of 8), and one PSUM eviction (all 8 fit a bank each way)."""
+    """8 rows of 6144 bf16 channels (48 tiles): per direction one DMA, 3 transposes (48 tiles in
+    16 pieces of 3), and one PSUM eviction (all 3 fit a bank each way)."""
     c = nkicpu.capture(load_then_store)(rows_of((8, 6144, None, 128, BF16)), 128)
     counts = Counter((i.engine, i.opcode) for i in c.instructions)
-    assert counts == {("dma", "dma_copy"): 2, ("tensor", "nc_transpose"): 16, ("vector", "tensor_copy"): 2}
+    assert counts == {("dma", "dma_copy"): 2, ("tensor", "nc_transpose"): 6, ("vector", "tensor_copy"): 2}
     assert c.peak_psum_banks <= 2
 
 
