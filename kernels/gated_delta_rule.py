@@ -52,7 +52,7 @@ def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurren
         fill (dict): optional, another stage's projection opened with in_proj.open_columns, its
             weight DMAs issued: one weight chunk's matmuls go before the first chunk's
             preparation and before each piece of the first sub-chunk's operands, where TensorE
-            waits on VectorE and ScalarE (TensorE runs in program order).
+            waits on VectorE and ScalarE (TensorE runs in program order); never its last chunk.
 
     Returns:
         None; `o` and `new_state` hold the results.
@@ -140,8 +140,10 @@ def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurren
 
 
 def _fill_tensor(fill):
-    """The next weight chunk's matmuls of the `fill` projection, if any, on TensorE here."""
-    if fill is not None:
+    """The next weight chunk's matmuls of the `fill` projection, if any, on TensorE here; never its
+    last chunk, which the caller places after the recurrence: that chunk lands last, and its
+    matmuls and eviction here would hold the recurrence's remaining in-order work behind it."""
+    if fill is not None and fill["next"] < fill["n_chunks"] - 1:
         sum_columns(fill, 1)
 
 
