@@ -154,29 +154,36 @@ def _fill_tensor(fill):
         sum_columns(fill, 1)
 
 
-PREP_STAGES = 6 + GATE_STEPS   # _prepare_stage: each stage reads what the earlier ones wrote
+PREP_QK = 6           # _prepare_step: steps 0 .. 5 build qk and kq, the rest the gates
+PREP_STEPS = PREP_QK + 2 + GATE_STEPS
+PREP_STAGES = max(PREP_QK, PREP_STEPS - PREP_QK)   # stage s: step s of each chain
 
 
 def _prepare_pairs(c, ins):
     """What every pair of chunk c (batch rows c["b0"] .. c["b0"] + c["bc"] - 1, n = bc * nv
-    pairs) needs before its state streams, all stages at once (_prepare_stage); returns c."""
-    _prepare_stages(c, ins, 0, PREP_STAGES)
+    pairs) needs before its state streams, every step in turn (_prepare_step); returns c."""
+    for s in range(PREP_STEPS):
+        _prepare_step(c, ins, s)
     return c
 
 
 def _prepare_stages(c, ins, s0, s1):
-    """Stages s0 .. s1 - 1 of chunk c's preparation (those not past the last); returns the next."""
+    """Stages s0 .. s1 - 1 of chunk c's preparation (those not past the last), each a step of the
+    qk chain and one of the gates'; returns the next stage."""
     for s in range(s0, min(s1, PREP_STAGES)):
-        _prepare_stage(c, ins, s)
+        if s < PREP_QK:
+            _prepare_step(c, ins, s)
+        if PREP_QK + s < PREP_STEPS:
+            _prepare_step(c, ins, PREP_QK + s)
     return max(s0, min(s1, PREP_STAGES))
 
 
-def _prepare_stage(c, ins, s):
-    """Stage s of chunk c's preparation, one engine's each but the first; after the last, c holds
-    v, o [dv, n]; qk [dk, n, 2] l2norm(k), l2norm(q) dk**-0.5; kq PSUM [dv, n] k . q; gbc
-    [P, 2, n] exp(g), beta per pair on every partition. Issued one stage per update group under
-    the previous chunk, the chain's waits fall between groups instead of holding up every engine
-    at once."""
+def _prepare_step(c, ins, s):
+    """Step s of chunk c's preparation, one engine's work reading the step before (in its own
+    chain); after the last, c holds v, o [dv, n]; qk [dk, n, 2] l2norm(k), l2norm(q) dk**-0.5; kq
+    PSUM [dv, n] k . q; gbc [P, 2, n] exp(g), beta per pair on every partition. Issued a stage
+    per update group under the previous chunk, the chains' waits fall between groups instead of
+    holding up every engine at once."""
     q, k, v, a, b, hp, o_dtype, ident, ones = ins
     dv, nv, _ = v.shape
     b0, bc = c["b0"], c["bc"]
@@ -196,12 +203,14 @@ def _prepare_stage(c, ins, s):
         c["qk"] = _scale_qk(c.pop("sq"), q, k, b0, bc, nv)
     elif s == 4:
         c["kq"] = _kq_products(c["qk"])
-        c["ab"] = spread_gate_inputs(a, b, b0, bc, ident)
     elif s == 5:
         c["kq"] = _sum_kq(c["kq"], dv, consts)
+    elif s == PREP_QK:
+        c["ab"] = spread_gate_inputs(a, b, b0, bc, ident)
+    elif s == PREP_QK + 1:
         c["ab"] = gate_inputs(c["ab"], ones)
     else:
-        pair_gates(c, hp, s - 6)
+        pair_gates(c, hp, s - PREP_QK - 2)
 
 
 def _start_operands(c, ring, steps, i, pads):
