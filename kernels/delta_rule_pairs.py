@@ -21,7 +21,7 @@ import nki.language as nl
 from .delta_rule_state import PMAX, PSUM_BANK_FMAX, QUADRANT, STATE_BUFFERS, sub_chunks
 
 SUB_PAIRS = 32      # pairs per sub-chunk: [dk, 32, dv] fp32 is 16 KiB per partition at dv = 128
-DMA_PAIRS = 8       # pairs per state load: four per sub-chunk, one per queue (stores: a group)
+DMA_PAIRS = 8       # pairs per state DMA: four DMAs per sub-chunk each way, one per queue
 GROUP = PMAX // QUADRANT   # pairs whose outer-product rows share one transpose (one per quadrant)
 BANK_GROUPS = PSUM_BANK_FMAX // PMAX   # groups whose row transposes share a PSUM bank (d <= 128)
 GATE_STEPS = 4      # pair_gates: VectorE, ScalarE, VectorE, ScalarE, each reading the last
@@ -41,32 +41,29 @@ def pair_ring(dk, dv, steps):
     return nl.ndarray((dk, min(STATE_BUFFERS, len(steps)), m, dv), nl.float32, name="state_ring")
 
 
-def move_pairs(ring, hbm, steps, i, load, store_queue=False, lo=0, hi=None):
+def move_pairs(ring, hbm, steps, i, load, store_queue=False):
     """Load (load=True) or store the state of sub-chunk i between HBM [B, nv, dk, dv] and its ring
-    slot, i % slots; nothing if there is no sub-chunk i. lo, hi: only its pairs lo .. hi - 1
-    (hi None: to the last). A head slice of a larger state (one program of an LNC grid) moves one
-    piece per batch row.
+    slot, i % slots; nothing if there is no sub-chunk i. A head slice of a larger state (one
+    program of an LNC grid) moves one piece per batch row.
 
     store_queue: stores on a queue of their own (hardware DGE triggered by SyncE) instead of the
     queues the compiler fills in turn, so that a load waiting for its slot's store holds up no
     store, and no store holds up a load or a later DMA."""
     if i < len(steps):
         b0, _, s0, mc = steps[i]
-        if hi is None:
-            hi = mc
         S = ring[:, i % ring.shape[1]]
         B, nv, dk, dv = hbm.shape
         p0 = b0 * nv + s0
         if hbm.is_contiguous():
             flat = hbm.reshape((B * nv, dk, dv))
-            for j in range(lo, hi, DMA_PAIRS):
-                n = min(DMA_PAIRS, hi - j)
+            for j in range(0, mc, DMA_PAIRS):
+                n = min(DMA_PAIRS, mc - j)
                 _dma(S[:, j:j + n, :], flat[p0 + j:p0 + j + n].permute((1, 0, 2)), load,
                      store_queue)
         else:
-            p = p0 + lo
-            while p < p0 + hi:
-                n = min(p0 + hi, (p // nv + 1) * nv) - p
+            p = p0
+            while p < p0 + mc:
+                n = min(p0 + mc, (p // nv + 1) * nv) - p
                 _dma(S[:, p - p0:p - p0 + n, :], hbm[p // nv, p % nv:p % nv + n].permute((1, 0, 2)),
                      load, store_queue)
                 p = p + n

@@ -138,9 +138,8 @@ def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurren
                                        (g + 1) * upcoming_ops["pieces"] // groups)
             if nxt is not chunk and s0 > 0:               # and one of the next chunk's
                 staged = _prepare_stages(nxt, ins, staged, staged + 1)
-            move_pairs(ring, new_state, steps, i, load=False,      # and its store: the last
-                       store_queue=store_queue and weight_loads is None,  # group's alone
-                       lo=GROUP * g, hi=min(mc, GROUP * (g + 1)))         # drains at the end
+        move_pairs(ring, new_state, steps, i, load=False,
+                   store_queue=store_queue and weight_loads is None)
         if s0 + mc == bc * nv:                            # the chunk's last sub-chunk
             nisa.tensor_copy(o[:, :, b0:b0 + bc].permute((0, 2, 1)),
                              chunk["o"].reshape_dim(1, (bc, nv)))

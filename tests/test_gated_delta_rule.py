@@ -263,7 +263,7 @@ def test_instruction_plan():
     per pair one [S^T k, S^T q] matmul and one K = 1 outer-product matmul, per odd group of four
     pairs an identity matmul; per group two transposes and two ScalarE copies for the outer
     product's rows; the decay on VectorE (even groups, in the eviction) or ScalarE (odd groups, in
-    place, then the eviction); one state DMA in per DMA_PAIRS pairs and one out per group; about 5
+    place, then the eviction); one state DMA in and one out per DMA_PAIRS pairs; about 5
     instructions per pair."""
     shape = SHARD_SHAPES[-1]
     n = shape.B * shape.nv
@@ -276,7 +276,7 @@ def test_instruction_plan():
                      if i.engine != "dma" and any(a.alloc == ring for a in i.writes))
     assert writes == {("vector", "scalar_tensor_tensor"): n // 2,
                       ("scalar", "activation"): n // 2 + groups // 2}
-    assert counts[("dma", "dma_copy")] == n // DMA_PAIRS + groups + 8   # + q, k, v, a, b, A_log, dt_bias, o
+    assert counts[("dma", "dma_copy")] == 2 * n // DMA_PAIRS + 8   # + q, k, v, a, b, A_log, dt_bias, o
     assert len(c.instructions) <= 5.2 * n
     assert c.peak_psum_banks <= 6
     assert c.peak_sbuf_bytes <= 96 * 1024
@@ -303,16 +303,13 @@ def test_state_matmuls_contract_one_pair():
 
 
 def test_state_dmas_move_pair_rows():
-    """The unfolded layout: every state load moves DMA_PAIRS pairs and every store one group's,
-    one 512-byte HBM row per partition and pair (version 3's fold moved 2 KiB; see
-    delta_rule_pairs)."""
+    """The unfolded layout: every state DMA moves DMA_PAIRS pairs, one 512-byte HBM row per
+    partition and pair (version 3's fold moved 2 KiB; see delta_rule_pairs)."""
     shape = SHARD_SHAPES[2]  # Qwen3-Next-80B TP4, B=8
     c = nkicpu.capture(gated_delta_rule_kernel)(*(random_inputs(shape)[k] for k in NAMES))
     state_bytes = shape.dk * shape.dv * 4
     dmas = [i for i in c.instructions if i.engine == "dma" and i.nbytes >= state_bytes]
-    n = shape.B * shape.nv
-    assert Counter(i.nbytes // state_bytes for i in dmas) == {DMA_PAIRS: n // DMA_PAIRS,
-                                                              GROUP: n // GROUP}
+    assert len(dmas) == 2 * (shape.B * shape.nv // DMA_PAIRS)
     for ins in dmas:
         hbm = next(a for a in ins.reads + ins.writes if not a.on_chip)
         stride, count = hbm.pattern[-1]
@@ -336,25 +333,22 @@ def _state_stream(shape):
 def test_state_loads_run_ahead_of_compute():
     """Software pipelining in program order (what in-order engine and DMA queues execute): before
     the update of sub-chunk s the program has ordered the loads of sub-chunks up to
-    s + STATE_BUFFERS - 1, and the store of each group of s right after the group's update, all
-    before the next sub-chunk's update."""
+    s + STATE_BUFFERS - 1, and the store of s right after its update, before the next update."""
     shape = STREAM_SHAPE
     n = shape.B * shape.nv
     subs = n // SUB_PAIRS
-    loads_per_sub = SUB_PAIRS // DMA_PAIRS
-    groups = SUB_PAIRS // GROUP
-    writes_per_sub = SUB_PAIRS + groups // 2   # a decay per pair, an eviction per odd group
+    dmas_per_sub = SUB_PAIRS // DMA_PAIRS
+    writes_per_sub = SUB_PAIRS + SUB_PAIRS // GROUP // 2   # a decay per pair, an eviction per odd group
     c, loads, stores, updates = _state_stream(shape)
-    assert len(loads) == subs * loads_per_sub and len(stores) == subs * groups
-    assert len(updates) == subs * writes_per_sub
+    assert len(loads) == len(stores) == subs * dmas_per_sub and len(updates) == subs * writes_per_sub
     for s in range(subs):
         first_update = updates[s * writes_per_sub]
         last_update = updates[(s + 1) * writes_per_sub - 1]
-        ahead = min(subs, s + STATE_BUFFERS) * loads_per_sub
+        ahead = min(subs, s + STATE_BUFFERS) * dmas_per_sub
         assert sum(i < first_update for i in loads) == ahead
-        assert sum(i < last_update for i in stores) == (s + 1) * groups - 1
+        assert sum(i < last_update for i in stores) == s * dmas_per_sub
         nxt = updates[(s + 1) * writes_per_sub] if s + 1 < subs else len(c.instructions)
-        assert sum(i < nxt for i in stores) == (s + 1) * groups
+        assert sum(i < nxt for i in stores) == (s + 1) * dmas_per_sub
 
 
 def test_state_ring_is_bounded():
