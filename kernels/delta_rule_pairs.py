@@ -24,6 +24,7 @@ SUB_PAIRS = 32      # pairs per sub-chunk: [dk, 32, dv] fp32 is 16 KiB per parti
 DMA_PAIRS = 8       # pairs per state DMA: four DMAs per sub-chunk each way, one per queue
 GROUP = PMAX // QUADRANT   # pairs whose outer-product rows share one transpose (one per quadrant)
 BANK_GROUPS = PSUM_BANK_FMAX // PMAX   # groups whose row transposes share a PSUM bank (d <= 128)
+GATE_STEPS = 4      # pair_gates: VectorE, ScalarE, VectorE, ScalarE, each reading the last
 
 
 def pair_steps(B, nv):
@@ -102,15 +103,11 @@ def head_params(A_log, dt_bias, P):
     return hp
 
 
-def pair_gates(a, b, b0, bc, hp, ident, ones):
-    """exp(g), beta of pair bi * nv + h of batch rows b0 .. b0+bc-1 on every partition:
-    [P, 2, bc * nv] fp32, g = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b).
-
-    a and b ([nv, B], heads on partitions) reach every partition through a ones-matmul over the
-    heads of a spread tile whose off-diagonal is a * 0: a non-finite a reaches only its own batch
-    row. The head parameters come in broadcast (head_params)."""
+def spread_gate_inputs(a, b, b0, bc, ident):
+    """a and b ([nv, B], heads on partitions) of batch rows b0 .. b0+bc-1 spread over the heads:
+    [nv, 2, bc, nv] fp32 whose off-diagonal is a * 0, so that a ones-matmul over the heads
+    (gate_inputs) takes a non-finite a only to its own batch row (VectorE)."""
     nv = a.shape[0]
-    P = hp.shape[0]
     spread = nl.ndarray((nv, 2, bc, nv), nl.float32, name="ab_spread")
     for i in range(2):
         src = a
@@ -118,16 +115,40 @@ def pair_gates(a, b, b0, bc, hp, ident, ones):
             src = b
         nisa.tensor_tensor(spread[:, i], src[:, b0:b0 + bc].expand_dim(2).broadcast(2, nv),
                            ident[0:nv, 0:nv].expand_dim(1).broadcast(1, bc), op=nl.multiply)
+    return spread
+
+
+def gate_inputs(spread, ones):
+    """a and b of pair bi * nv + h on every partition: PSUM [P, 2, bc, nv] fp32 (P =
+    ones.shape[1]) from spread_gate_inputs' tile by a ones-matmul; the input of pair_gates."""
+    nv, _, bc, _ = spread.shape
+    P = ones.shape[1]
     ab = nl.ndarray((P, 2, bc, nv), nl.float32, buffer=nl.psum, name="ab_bcast")
     nisa.nc_matmul(ab, ones[0:nv, 0:P], spread, is_stationary_onezero=True)
-    x = nl.ndarray((P, bc, nv), nl.float32, name="a_dt")
-    nisa.tensor_tensor(x, ab[:, 0], hp[:, 1, :].expand_dim(1).broadcast(1, bc), op=nl.add)
-    nisa.activation(x, op=nl.softplus, data=x)
-    nisa.tensor_tensor(x, x, hp[:, 0, :].expand_dim(1).broadcast(1, bc), op=nl.multiply)
-    gbc = nl.ndarray((P, 2, bc * nv), nl.float32, name="gates_bcast")
-    nisa.activation(gbc[:, 0].reshape_dim(1, (bc, nv)), op=nl.exp, data=x)
-    nisa.activation(gbc[:, 1].reshape_dim(1, (bc, nv)), op=nl.sigmoid, data=ab[:, 1])
-    return gbc
+    return ab
+
+
+def pair_gates(c, hp, j):
+    """Step j of exp(g), beta of every pair of c["ab"] (gate_inputs) on every partition: after
+    the last step c["gbc"] is [P, 2, bc * nv] fp32, g = -exp(A_log) softplus(a + dt_bias),
+    beta = sigmoid(b). The head parameters come in broadcast (head_params). One engine per step,
+    so that a caller can issue the steps apart and no engine waits on the chain."""
+    ab = c["ab"]
+    P, _, bc, nv = ab.shape
+    if j == 0:
+        c["a_dt"] = nl.ndarray((P, bc, nv), nl.float32, name="a_dt")
+        nisa.tensor_tensor(c["a_dt"], ab[:, 0], hp[:, 1, :].expand_dim(1).broadcast(1, bc),
+                           op=nl.add)
+    elif j == 1:
+        nisa.activation(c["a_dt"], op=nl.softplus, data=c["a_dt"])
+    elif j == 2:
+        nisa.tensor_tensor(c["a_dt"], c["a_dt"], hp[:, 0, :].expand_dim(1).broadcast(1, bc),
+                           op=nl.multiply)
+    else:
+        gbc = nl.ndarray((P, 2, bc * nv), nl.float32, name="gates_bcast")
+        nisa.activation(gbc[:, 0].reshape_dim(1, (bc, nv)), op=nl.exp, data=c.pop("a_dt"))
+        nisa.activation(gbc[:, 1].reshape_dim(1, (bc, nv)), op=nl.sigmoid, data=c.pop("ab")[:, 1])
+        c["gbc"] = gbc
 
 
 def pair_products(ring, qk, steps, i, kvsq, p_lo, p_hi):

@@ -10,9 +10,10 @@ import nki.language as nl
 import nki.isa as nisa
 
 from .checks import expect, expect_dtype, expect_rank, expect_shape
-from .delta_rule_pairs import (BANK_GROUPS, GROUP, decay_odd_groups, head_params, move_pairs,
-                               outer_rows, padded_columns, pair_gates, pair_products, pair_ring,
-                               pair_steps, pair_update)
+from .delta_rule_pairs import (BANK_GROUPS, GATE_STEPS, GROUP, decay_odd_groups, gate_inputs,
+                               head_params, move_pairs, outer_rows, padded_columns, pair_gates,
+                               pair_products, pair_ring, pair_steps, pair_update,
+                               spread_gate_inputs)
 from .delta_rule_state import PMAX, STATE_BUFFERS, fold_ones, identity
 from .gqa_repeat import value_heads_view
 from .in_proj import issue_loads, sum_columns
@@ -61,10 +62,11 @@ def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurren
         - dk, dv, nv <= 128; nv a multiple of nq. With nq = nk, value head h reads key head
           h // G through gqa_repeat.value_heads_view (no copy).
         - Program order is the schedule, and each engine runs in order: the next chunk's inputs
-          are prepared under the current chunk's sub-chunks, and the operands of sub-chunk i + 1
-          (S^T [k, q], the k rows, delta, the delta rows) are issued in pieces between the update
-          groups of sub-chunk i, so that TensorE, VectorE and ScalarE work on both at once
-          instead of in turn.
+          are prepared under the current chunk's sub-chunks, one stage between two update groups
+          (each stage waits on the last, so issued together they would stall every engine in
+          turn), and the operands of sub-chunk i + 1 (S^T [k, q], the k rows, delta, the delta
+          rows) are issued in pieces between the update groups of sub-chunk i, so that TensorE,
+          VectorE and ScalarE work on both at once instead of in turn.
         - Isolation: no matmul sums over two (batch, head) pairs, so a non-finite value in one
           sequence's inputs or state reaches no other sequence, and one in A_log or dt_bias no
           other head (delta_rule_pairs).
@@ -108,19 +110,25 @@ def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurren
         _fill_tensor(fill)
         _operand_pieces(ops, j, j + 1)
     nxt = chunk
+    staged = 0                                            # stages of nxt issued so far
     for i in range(len(steps)):
         b0, bc, s0, mc = steps[i]
         move_pairs(ring, recurrent_state, steps, i + STATE_BUFFERS - 1, load=True)
-        prepare = s0 == 0 and b0 + bc < B                 # the next chunk's inputs, here if
-        if prepare and mc == bc * nv:                     # its first sub-chunk comes next
-            nxt = _prepare_pairs({"b0": b0 + bc, "bc": min(bc, B - b0 - bc)}, ins)
+        if s0 == 0 and b0 + bc < B:                       # the next chunk's inputs: in stages
+            nxt = {"b0": b0 + bc, "bc": min(bc, B - b0 - bc)}     # under this chunk's later
+            staged = 0                                            # sub-chunks, or at once if
+            if mc == bc * nv:                                     # its first comes next
+                staged = _prepare_stages(nxt, ins, staged, PREP_STAGES)
         upcoming_ops = None
         if i + 1 < len(steps):
             upcoming = chunk
             if steps[i + 1][0] != b0:
                 upcoming = nxt
+                staged = _prepare_stages(nxt, ins, staged, PREP_STAGES)
             upcoming_ops = _start_operands(upcoming, ring, steps, i + 1, pads)
         groups = -(-mc // GROUP)
+        if nxt is not chunk and s0 > 0:                   # a stage of the next chunk's (below)
+            staged = _prepare_stages(nxt, ins, staged, staged + 1)
         decay_odd_groups(ring, i, steps, chunk["gbc"])
         done = 0
         for g in range(groups):                           # S = exp(g) S + k delta^T, a group
@@ -128,10 +136,10 @@ def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurren
             if upcoming_ops is not None:                  # and a share of i + 1's operands
                 done = _operand_pieces(upcoming_ops, done,
                                        (g + 1) * upcoming_ops["pieces"] // groups)
+            if nxt is not chunk and s0 > 0:               # and one of the next chunk's
+                staged = _prepare_stages(nxt, ins, staged, staged + 1)
         move_pairs(ring, new_state, steps, i, load=False,
                    store_queue=store_queue and weight_loads is None)
-        if prepare and mc < bc * nv:                      # else after this sub-chunk's update
-            nxt = _prepare_pairs({"b0": b0 + bc, "bc": min(bc, B - b0 - bc)}, ins)
         if s0 + mc == bc * nv:                            # the chunk's last sub-chunk
             nisa.tensor_copy(o[:, :, b0:b0 + bc].permute((0, 2, 1)),
                              chunk["o"].reshape_dim(1, (bc, nv)))
@@ -147,24 +155,63 @@ def _fill_tensor(fill):
         sum_columns(fill, 1)
 
 
+PREP_QK = 6           # _prepare_step: steps 0 .. 5 build qk and kq, the rest the gates
+PREP_STEPS = PREP_QK + 2 + GATE_STEPS
+PREP_STAGES = max(PREP_QK, PREP_STEPS - PREP_QK)   # stage s: step s of each chain
+
+
 def _prepare_pairs(c, ins):
     """What every pair of chunk c (batch rows c["b0"] .. c["b0"] + c["bc"] - 1, n = bc * nv
-    pairs) needs before its state streams; returns c with v, o [dv, n]; gbc [P, 2, n] exp(g), beta
-    per pair on every partition; qk [dk, n, 2] l2norm(k), l2norm(q) dk**-0.5; kq PSUM [dv, n] k . q.
-    """
+    pairs) needs before its state streams, every step in turn (_prepare_step); returns c."""
+    for s in range(PREP_STEPS):
+        _prepare_step(c, ins, s)
+    return c
+
+
+def _prepare_stages(c, ins, s0, s1):
+    """Stages s0 .. s1 - 1 of chunk c's preparation (those not past the last), each a step of the
+    qk chain and one of the gates'; returns the next stage."""
+    for s in range(s0, min(s1, PREP_STAGES)):
+        if s < PREP_QK:
+            _prepare_step(c, ins, s)
+        if PREP_QK + s < PREP_STEPS:
+            _prepare_step(c, ins, PREP_QK + s)
+    return max(s0, min(s1, PREP_STAGES))
+
+
+def _prepare_step(c, ins, s):
+    """Step s of chunk c's preparation, one engine's work reading the step before (in its own
+    chain); after the last, c holds v, o [dv, n]; qk [dk, n, 2] l2norm(k), l2norm(q) dk**-0.5; kq
+    PSUM [dv, n] k . q; gbc [P, 2, n] exp(g), beta per pair on every partition. Issued a stage
+    per update group under the previous chunk, the chains' waits fall between groups instead of
+    holding up every engine at once."""
     q, k, v, a, b, hp, o_dtype, ident, ones = ins
     dv, nv, _ = v.shape
     b0, bc = c["b0"], c["bc"]
-    c["v"] = nl.ndarray((dv, bc * nv), v.dtype, name="v_pairs")
-    nisa.tensor_copy(c["v"].reshape_dim(1, (bc, nv)), v[:, :, b0:b0 + bc].permute((0, 2, 1)),
-                     engine=nisa.engine.gpsimd)
-    c["o"] = nl.ndarray((dv, bc * nv), o_dtype, name="o_pairs")
-    # q and k first: S^T [k, q] needs only them (and ScalarE's square and rsqrt share a table)
     consts = {"ones": ones}
-    c["qk"] = _normalize_qk(_square_qk(q, k, b0, bc, nv), q, k, b0, bc, nv, consts)
-    c["kq"] = _k_dot_q(c["qk"], dv, consts)
-    c["gbc"] = pair_gates(a, b, b0, bc, hp, ident, ones)
-    return c
+    # q and k first: S^T [k, q] needs only them (and ScalarE's square and rsqrt share a table)
+    if s == 0:
+        c["v"] = nl.ndarray((dv, bc * nv), v.dtype, name="v_pairs")
+        nisa.tensor_copy(c["v"].reshape_dim(1, (bc, nv)), v[:, :, b0:b0 + bc].permute((0, 2, 1)),
+                         engine=nisa.engine.gpsimd)
+        c["o"] = nl.ndarray((dv, bc * nv), o_dtype, name="o_pairs")
+        c["sq"] = _square_qk(q, k, b0, bc, nv)
+    elif s == 1:
+        c["sq"] = _sum_squares(c["sq"], consts)
+    elif s == 2:
+        c["sq"] = _rstd_qk(c["sq"])
+    elif s == 3:
+        c["qk"] = _scale_qk(c.pop("sq"), q, k, b0, bc, nv)
+    elif s == 4:
+        c["kq"] = _kq_products(c["qk"])
+    elif s == 5:
+        c["kq"] = _sum_kq(c["kq"], dv, consts)
+    elif s == PREP_QK:
+        c["ab"] = spread_gate_inputs(a, b, b0, bc, ident)
+    elif s == PREP_QK + 1:
+        c["ab"] = gate_inputs(c["ab"], ones)
+    else:
+        pair_gates(c, hp, s - PREP_QK - 2)
 
 
 def _start_operands(c, ring, steps, i, pads):
@@ -248,14 +295,29 @@ def _normalize_qk(sq, q, k, b0, bc, nv, consts):
     """l2norm of k and q over dk (partitions), q also times dk**-0.5: [dk, n, 2] fp32, [.., 0] = k.
 
     sq holds their squares (_square_qk). A pair's [k, q] columns are adjacent: a 2-column moving
-    tile for S^T [k, q].
+    tile for S^T [k, q]. Three steps, one engine each (_sum_squares, _rstd_qk, _scale_qk).
     """
-    dk = q.shape[0]
-    ss = nl.ndarray((dk, bc, nv, 2), nl.float32, buffer=nl.psum, name="qk_sumsq")
-    # the sums over dk land on every partition
+    return _scale_qk(_rstd_qk(_sum_squares(sq, consts)), q, k, b0, bc, nv)
+
+
+def _sum_squares(sq, consts):
+    """The sums over dk of sq [dk, bc, nv, 2], on every partition: PSUM (a ones-matmul)."""
+    dk = sq.shape[0]
+    ss = nl.ndarray(sq.shape, nl.float32, buffer=nl.psum, name="qk_sumsq")
     nisa.nc_matmul(ss, consts["ones"][0:dk, 0:dk], sq, is_stationary_onezero=True)
-    rstd = nl.ndarray((dk, bc, nv, 2), nl.float32, name="qk_rstd")
-    nisa.activation(rstd, op=nl.rsqrt, data=ss, bias=L2NORM_EPS)       # rsqrt(sum + eps)
+    return ss
+
+
+def _rstd_qk(ss):
+    """rsqrt(sum + eps) of _sum_squares' sums (ScalarE)."""
+    rstd = nl.ndarray(ss.shape, nl.float32, name="qk_rstd")
+    nisa.activation(rstd, op=nl.rsqrt, data=ss, bias=L2NORM_EPS)
+    return rstd
+
+
+def _scale_qk(rstd, q, k, b0, bc, nv):
+    """k * rstd and q * dk**-0.5 * rstd (VectorE): [dk, n, 2] fp32, [.., 0] = k."""
+    dk = q.shape[0]
     qk = nl.ndarray((dk, bc * nv, 2), nl.float32, name="qk")
     nisa.tensor_tensor(qk[:, :, 0], _pairs(k, b0, bc, nv), rstd[:, :, :, 0], op=nl.multiply)
     nisa.scalar_tensor_tensor(qk[:, :, 1], data=_pairs(q, b0, bc, nv), op0=nl.multiply,
@@ -265,9 +327,20 @@ def _normalize_qk(sq, q, k, b0, bc, nv, consts):
 
 def _k_dot_q(qk, dv, consts):
     """k . q of every pair, on every one of dv partitions: PSUM [dv, n] (a ones-matmul over dk)."""
+    return _sum_kq(_kq_products(qk), dv, consts)
+
+
+def _kq_products(qk):
+    """k * q of every pair: [dk, n] fp32 (VectorE)."""
     dk, n, _ = qk.shape
     prod = nl.ndarray((dk, n), nl.float32, name="kq_prod")
     nisa.tensor_tensor(prod, qk[:, :, 0], qk[:, :, 1], op=nl.multiply)
+    return prod
+
+
+def _sum_kq(prod, dv, consts):
+    """The sums over dk of _kq_products' prod on dv partitions: PSUM [dv, n] (a ones-matmul)."""
+    dk, n = prod.shape
     kq = nl.ndarray((dv, n), nl.float32, buffer=nl.psum, name="kq")
     nisa.nc_matmul(kq, consts["ones"][0:dk, 0:dv], prod, is_stationary_onezero=True)
     return kq
