@@ -33,8 +33,10 @@ def figure():
     qkv = [e for e in modeled.events if e["lane"].startswith("DMA")
            and e["args"]["bytes"] * 16 == shape.H * shape.conv_dim * 2][:16]   # W_in_qkv's chunks
     assert len(qkv) == 16, "the figure marks W_in_qkv's 16 chunks"
-    marks = [Mark("W_in_qkv: 16 chunks on four DMA queues", min(e["start_us"] for e in qkv),
-                  max(event_end(e) for e in qkv), "DMA q0")]
+    lanes = sorted({e["lane"] for e in qkv})
+    where = lanes[0] if len(lanes) == 1 else f"{len(lanes)} DMA queues"
+    marks = [Mark(f"W_in_qkv: 16 chunks on {where}", min(e["start_us"] for e in qkv),
+                  max(event_end(e) for e in qkv), lanes[0])]
     fig = Figure(figsize=(WIDTH_IN, 5.4))
     ax = fig.add_subplot()
     fig.subplots_adjust(left=0.16, right=0.9)
