@@ -17,6 +17,7 @@ import nki.language as nl
 import nkicpu
 from kernels.conv1d_decode import WINDOW_FREE_MAX, _channel_chunks, conv1d_decode_kernel, conv1d_decode_tile
 from kernels.configs import GDNShape
+from kernels.layout import MIN_PIECE_BYTES
 from kernels.reference import conv1d_decode_ref, to_numpy, to_torch
 from tests.gdn_testing import (SHARD_SHAPES, TINY_SHAPES, assert_bit_exact, assert_output_close,
                                hbm_runs, run_unmodified, shapes_param)
@@ -175,8 +176,9 @@ def test_instruction_sequence():
     """Per chunk: 3 loads (x, w, state), the block's 5 instructions (GpSimd shift, VectorE new column,
     multiply, reduce, SiLU), 2 stores. Each load and store is one DMA, TensorE transposes and one
     PSUM eviction per bank (kernels.layout). At Qwen3.5-0.8B TP1, B = 8 (48 channel tiles): x rows
-    in 6 pieces of 8 tiles (8 transposes), w as 48 rows of [128, K] (K transposes), state rows in
-    16 pieces of 3 tiles (3 * K transposes); the stores likewise."""
+    in 16 pieces of 3 tiles (3 transposes: 8 rows x 16 pieces fill the 128 partitions, each piece
+    over MIN_PIECE_BYTES), w as 48 rows of [128, K] (K transposes), state rows in 16 pieces of 3
+    tiles (3 * K transposes); the stores likewise."""
     shape = SHARD_SHAPES[-1]
     ins = nkicpu.capture(conv1d_decode_kernel)(*conv_inputs(shape)).instructions
     block = [(i.engine, i.opcode) for i in ins if not _is_layout(i)]
@@ -187,15 +189,16 @@ def test_instruction_sequence():
     dmas = [n for n, i in enumerate(ins) if i.opcode == "dma_copy"]
     assert len(dmas) == 5 and all(n < first for n in dmas[:3]) and all(n > last for n in dmas[3:])
     K = shape.K
-    assert sum(i.opcode == "nc_transpose" for i in ins) == (8 + K + 3 * K) + (8 + 3 * K)
+    assert sum(i.opcode == "nc_transpose" for i in ins) == (3 + K + 3 * K) + (3 + 3 * K)
     evictions = sum(_is_layout(i) and i.opcode == "tensor_copy" for i in ins)
     assert evictions == (1 + 1 + 3) + (1 + 2)        # PSUM banks: x, w, state (one per tile); out, window
 
 
 @shapes_param(SHARD_SHAPES)
 def test_dmas_move_long_contiguous_runs(shape):
-    """Every DMA at a real shard moves one contiguous HBM run per partition of at least 2 KiB, or a
-    whole row of its tensor (a transposing view would move 2- or 8-byte runs)."""
+    """Every DMA at a real shard moves one contiguous HBM run per partition of at least
+    MIN_PIECE_BYTES, or a whole row of its tensor (a transposing view would move 2- or 8-byte
+    runs)."""
     c = nkicpu.capture(conv1d_decode_kernel)(*conv_inputs(shape))
     row_bytes = {shape.conv_dim * 2, shape.conv_dim * shape.K * 2, 128 * shape.K * 4}   # x / out, state, w
     for ins in c.instructions:
@@ -203,7 +206,7 @@ def test_dmas_move_long_contiguous_runs(shape):
             continue
         _, run, contiguous = hbm_runs(ins)
         assert contiguous, ins
-        assert run >= 2048 or run in row_bytes, (run, ins)
+        assert run >= MIN_PIECE_BYTES or run in row_bytes, (run, ins)
 
 
 # --- validation: one test per check --------------------------------------------------------------
