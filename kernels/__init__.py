@@ -26,6 +26,6 @@ def _install_nki():
 
 NKI_BACKEND = _install_nki()
 
-from .gdn_block import gdn_block_tkg  # noqa: E402  the fused kernel: `kernels.gdn_block_tkg(...)`
+from .gdn_block import gdn_block_tkg, gdn_block_tkg_verify  # noqa: E402  the fused kernel
 
-__all__ = ["gdn_block_tkg", "NKI_BACKEND"]
+__all__ = ["gdn_block_tkg", "gdn_block_tkg_verify", "NKI_BACKEND"]

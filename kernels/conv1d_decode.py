@@ -88,6 +88,38 @@ def conv1d_decode_tile(dst_out, dst_state, x, w, state):
     nisa.activation(dst_out, op=nl.silu, data=acc)
 
 
+def conv1d_tokens_tile(dst_out, columns, x, w, state):
+    """S decode steps of the conv + SiLU at once on channel-major SBUF tiles: a sequence's S
+    tokens (a speculative-decoding verify step), token s's window the last K columns of
+    [state, x_0 .. x_s].
+
+    Args:
+        dst_out (nl.ndarray): [P, T, B * S] @ SBUF, written: token s of row b in column b * S + s.
+        columns (nl.ndarray): [P, T, B, K - 1 + S] @ SBUF, state's dtype, written:
+            [state[..., 1:], x_0 .. x_S-1]; token s's window is columns[..., s:s + K].
+        x (nl.ndarray): [P, T, B * S] @ SBUF, bf16, the tokens (column b * S + s).
+        w (nl.ndarray): [P, T, K] @ SBUF, fp32.
+        state (nl.ndarray): [P, T, B, K] @ SBUF, the incoming window.
+
+    Notes:
+        - Each token's products and sum are conv1d_decode_tile's (bit for bit S single steps); the
+          multiply runs once per window column j, over every token's column s + j at once.
+        - Temporaries: T * B * S * (K + 1) * 4 bytes of SBUF per partition.
+    """
+    P, T, B, K = state.shape
+    S = x.shape[2] // B
+    nisa.tensor_copy(columns[:, :, :, 0:K - 1], state[:, :, :, 1:K], engine=nisa.engine.gpsimd)
+    nisa.tensor_copy(columns[:, :, :, K - 1:K - 1 + S], x.reshape_dim(2, (B, S)))
+    prod = nl.ndarray((P, T, B, S, K), nl.float32, name="conv_prod")
+    for j in range(K):
+        nisa.tensor_tensor(prod[:, :, :, :, j], columns[:, :, :, j:j + S],
+                           w[:, :, j:j + 1].expand_dim(3).broadcast(2, B).broadcast(3, S),
+                           op=nl.multiply)
+    acc = nl.ndarray((P, T, B, S), nl.float32, name="conv_acc")
+    nisa.tensor_reduce(acc, nl.add, prod, axis=4)
+    nisa.activation(dst_out.reshape_dim(2, (B, S)), op=nl.silu, data=acc)
+
+
 def conv1d_decode_channels(dst_out, new_conv_state, x, conv_weight, conv_state, c0):
     """The conv step of a group of channel tiles whose window and weight are still in HBM.
 
@@ -120,7 +152,8 @@ def conv1d_decode_channels(dst_out, new_conv_state, x, conv_weight, conv_state, 
 
 def window_chunks(T, B, K):
     """(first tile, tiles) of the chunks `conv1d_decode_channels` takes T tiles of B windows in: at
-    most WINDOW_FREE_MAX window elements per partition each."""
+    most WINDOW_FREE_MAX window elements per partition each (B: the tokens of the batch, B * S for
+    S tokens per sequence)."""
     per = max(1, WINDOW_FREE_MAX // (B * K))
     chunks = []
     for t0 in range(0, T, per):
@@ -128,13 +161,13 @@ def window_chunks(T, B, K):
     return chunks
 
 
-def load_windows(conv_weight, conv_state, c0, P, T):
+def load_windows(conv_weight, conv_state, c0, P, T, tokens=1):
     """Phase 1 of the conv step: the weight and the incoming window of channels c0 .. c0 + T*P - 1,
-    channel-major, chunk by chunk (`window_chunks`). Returns a list of (first channel,
-    w [P, nt, K], state [P, nt, B, K]) @ SBUF, one per chunk."""
+    channel-major, chunk by chunk (`window_chunks`, for `tokens` tokens per sequence). Returns a
+    list of (first channel, w [P, nt, K], state [P, nt, B, K]) @ SBUF, one per chunk."""
     B, _, K = conv_state.shape
     loaded = []
-    for t0, nt in window_chunks(T, B, K):
+    for t0, nt in window_chunks(T, B * tokens, K):
         a, z = c0 + t0 * P, c0 + (t0 + nt) * P
         w = nl.ndarray((P, nt, K), nl.float32, name="w")
         # rows [nt, P*K] and [B, nt*P*K]
@@ -147,27 +180,39 @@ def load_windows(conv_weight, conv_state, c0, P, T):
 
 def slide_windows(dst_out, x, loaded):
     """Phase 2: `conv1d_decode_tile` on each chunk `load_windows` loaded; x and dst_out [P, T, B]
-    hold the chunks' tiles in order. Returns a list of (first channel, new window
-    [P, nt, B, K] @ SBUF), one per chunk."""
+    hold the chunks' tiles in order ([P, T, B * S] for S tokens per sequence:
+    `conv1d_tokens_tile`). Returns a list of (first channel, new window [P, nt, B, K - 1 + S]
+    @ SBUF: token s's window is columns s .. s + K - 1), one per chunk."""
     windows = []
     t0 = 0
     for i in range(len(loaded)):
         a, w, state = loaded[i]
-        nt = w.shape[1]
-        window = nl.ndarray(state.shape, state.dtype, name="window")
-        conv1d_decode_tile(dst_out[:, t0:t0 + nt], window, x[:, t0:t0 + nt], w, state)
+        P, nt, B, K = state.shape
+        S = x.shape[2] // B
+        window = nl.ndarray((P, nt, B, K - 1 + S), state.dtype, name="window")
+        if S == 1:
+            conv1d_decode_tile(dst_out[:, t0:t0 + nt], window, x[:, t0:t0 + nt], w, state)
+        else:
+            conv1d_tokens_tile(dst_out[:, t0:t0 + nt], window, x[:, t0:t0 + nt], w, state)
         windows.append((a, window))
         t0 += nt
     return windows
 
 
 def store_windows(new_conv_state, windows):
-    """Phase 3: each new window `slide_windows` returned, stored as rows to its channels of
-    new_conv_state [B, conv_dim, K] @ HBM."""
+    """Phase 3: the new windows `slide_windows` returned, stored as rows to their channels:
+    new_conv_state [B, conv_dim, K] @ HBM takes the window after the last token, [B, S,
+    conv_dim, K] (a verify step's) the window after each token."""
+    K = new_conv_state.shape[-1]
     for i in range(len(windows)):
         a, window = windows[i]
         P, nt = window.shape[0], window.shape[1]
-        store_rows(new_conv_state[:, a:a + nt * P, :], window)
+        last = window.shape[3] - K                   # where the last token's window starts
+        if len(new_conv_state.shape) == 3:
+            store_rows(new_conv_state[:, a:a + nt * P, :], window[:, :, :, last:last + K])
+        else:
+            for s in range(last + 1):
+                store_rows(new_conv_state[:, s, a:a + nt * P, :], window[:, :, :, s:s + K])
 
 
 def _channel_chunks(conv_dim, B, K):

@@ -29,7 +29,7 @@ from .conv1d_decode import (conv1d_decode_channels, load_windows, slide_windows,
 from .delta_rule_state import fold_ones
 from .gated_delta_rule import gated_delta_rule_block, load_head_params
 from .gqa_repeat import expand_key_heads
-from .gdn_block_checks import block_dims, check_block_dtypes
+from .gdn_block_checks import MAX_TOKENS, block_dims, check_block_dtypes
 from .in_proj import (BF16_BYTES, MIN_SLICE_RUN_BYTES, column_weight_loads, issue_loads,
                       load_hidden_T, open_columns, project_columns, sum_columns)
 from .layout import load_channel_major, store_rows
@@ -54,15 +54,18 @@ RECURRENCE_PSUM_BANKS = 6
 @nki.jit
 def gdn_block_tkg(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log, dt_bias,
                   norm_weight, recurrent_state):
-    """One decode step of a Qwen3.5 / Qwen3-Next gated delta-net layer, hidden to RMSNormGated out.
+    """One decode step of a Qwen3.5 / Qwen3-Next gated delta-net layer, hidden to RMSNormGated out,
+    for one token per sequence or up to MAX_TOKENS (8) of them (a speculative-decoding verify step;
+    `gdn_block_tkg_verify` keeps the states after each token).
 
     Dimensions:
-        B: batch; H: hidden size (a multiple of 128); nk, nv: key and value heads (nv a multiple of
-        nk, nv <= 128); dk, dv: head dims (<= 128); K: conv window (2..4);
+        B: batch; T: tokens per sequence (1 .. 8); H: hidden size (a multiple of 128); nk, nv: key
+        and value heads (nv a multiple of nk, nv <= 128); dk, dv: head dims (<= 128); K: conv
+        window (2..4);
         key_dim = nk * dk, value_dim = nv * dv, conv_dim = 2 * key_dim + value_dim.
 
     Args:
-        hidden: [B, 1, H] @ HBM, bf16.
+        hidden: [B, T, H] @ HBM, bf16.
         W_in_qkv: [H, conv_dim] @ HBM, bf16 (in_proj_qkv.weight.T; columns q | k | v).
         W_in_z: [H, value_dim] @ HBM, bf16.
         W_in_a: [H, nv] @ HBM, bf16.
@@ -75,9 +78,11 @@ def gdn_block_tkg(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_st
         recurrent_state: [B, nv, dk, dv] @ HBM, fp32, read only.
 
     Returns:
-        out: [B, 1, value_dim] @ shared HBM, bf16, the RMSNormGated output (before out_proj).
-        conv_state: [B, conv_dim, K] @ shared HBM, bf16, the new window (a new tensor).
-        recurrent_state: [B, nv, dk, dv] @ shared HBM, fp32, the new state (a new tensor).
+        out: [B, T, value_dim] @ shared HBM, bf16, the RMSNormGated output (before out_proj).
+        conv_state: [B, conv_dim, K] @ shared HBM, bf16, the window after the last token (a new
+            tensor).
+        recurrent_state: [B, nv, dk, dv] @ shared HBM, fp32, the state after the last token (a
+            new tensor).
 
     Notes:
         - All dims come from the shapes (gdn_block_checks.block_dims); a bad argument fails an
@@ -87,8 +92,10 @@ def gdn_block_tkg(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_st
         - gdn_block_tkg[2] (LNC=2) splits the value heads between the two programs; needs nv even.
           Each program projects only its key heads' q | k columns when that slice is a weight-row
           run of at least MIN_SLICE_RUN_BYTES (kernels/in_proj.py), else q | k whole.
-        - The batch's activations must fit on chip: 2 * B * (4 * nk + 5 * nv + H / 128) bytes
-          per partition <= ACTIVATION_SBUF_BYTES.
+        - The batch's activations must fit on chip: 2 * B * T * (4 * nk + 5 * nv + H / 128)
+          bytes per partition <= ACTIVATION_SBUF_BYTES.
+        - T tokens: the weights stream once for all B * T; the conv slides each window T times;
+          the recurrence runs token by token, the state between tokens through HBM.
 
     Pseudocode:
         mixed_qkv, z, a, b = hidden @ W_in_qkv, hidden @ W_in_z, hidden @ W_in_a, hidden @ W_in_b
@@ -100,48 +107,88 @@ def gdn_block_tkg(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_st
     return gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state,
                           A_log, dt_bias, norm_weight, recurrent_state, gqa_by_index=True,
                           place_z=True, qk_slices=True, z_early=True, loads_first=True,
-                          queue_roles=True)
+                          queue_roles=True, max_tokens=MAX_TOKENS)
+
+
+@nki.jit
+def gdn_block_tkg_verify(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
+                         dt_bias, norm_weight, recurrent_state):
+    """`gdn_block_tkg` keeping the windows and states after every token: the verify step of
+    speculative decoding, whose caller keeps the state after the last accepted draft token.
+
+    Args: as gdn_block_tkg; hidden [B, T, H] with 1 <= T <= MAX_TOKENS.
+
+    Returns:
+        out: [B, T, value_dim] @ shared HBM, bf16.
+        conv_states: [B, T, conv_dim, K] @ shared HBM, bf16, the window after each token.
+        recurrent_states: [B, T, nv, dk, dv] @ shared HBM, fp32, the state after each token.
+
+    Notes:
+        - Token t's results are those of t + 1 single-token steps chained (a projection over B * T
+          rows may round to the neighbouring bf16); the last token's windows and states are
+          gdn_block_tkg's, bit for bit.
+        - The state goes to HBM after every token (T state stores), where gdn_block_tkg stores
+          only the last.
+    """
+    return gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state,
+                          A_log, dt_bias, norm_weight, recurrent_state, gqa_by_index=True,
+                          place_z=True, qk_slices=True, z_early=True, loads_first=True,
+                          queue_roles=True, max_tokens=MAX_TOKENS, verify=True)
 
 
 def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
                    dt_bias, norm_weight, recurrent_state, gqa_by_index, place_z, qk_slices,
-                   z_early=False, loads_first=False, queue_roles=False):
+                   z_early=False, loads_first=False, queue_roles=False, max_tokens=1,
+                   verify=False):
     """The fused body; the six switches are composition steps 4, 5, 7, 8, 9 and 10
     (kernels/steps.py; z_early, loads_first and queue_roles are off unless given, as in every step
     before 8, 9 and 10).
+
+    hidden [B, T, H] with T <= max_tokens: the projections and the conv take the B * T tokens at
+    once (column b * T + t of every activation tile), the recurrence runs token by token, its
+    state through HBM. verify: return every token's windows and states.
 
     On an LNC grid each program takes its value heads and the key heads they read
     (`program_heads`); every HBM write is its own heads' slice, except the conv state of a key
     head both programs read (nk odd), written twice with the same values.
     """
     B, H, nk, nv, dk, dv, K = block_dims(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight,
-                                         conv_state, A_log, dt_bias, norm_weight, recurrent_state)
+                                         conv_state, A_log, dt_bias, norm_weight, recurrent_state,
+                                         max_tokens)
     check_block_dtypes(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
                        dt_bias, norm_weight, recurrent_state)
     pmax = nl.tile_size.pmax
     G = nv // nk
     key_dim = nk * dk
+    T = hidden.shape[1]
+    N = B * T                                        # tokens: column b * T + t of every tile
     per_token = 2 * (4 * nk + 5 * nv + H // pmax)    # bf16 activation bytes per partition
-    expect(B * per_token <= ACTIVATION_SBUF_BYTES, "hidden",
-           f"a batch whose on-chip activations, 2 * B * (4 * nk + 5 * nv + H / 128) bytes per "
-           f"partition, fit {ACTIVATION_SBUF_BYTES // 1024} KiB beside the state stream "
-           f"(B <= {ACTIVATION_SBUF_BYTES // per_token} here)", f"B = {B}")
+    expect(N * per_token <= ACTIVATION_SBUF_BYTES, "hidden",
+           f"a batch whose on-chip activations, 2 * B * T * (4 * nk + 5 * nv + H / 128) bytes "
+           f"per partition, fit {ACTIVATION_SBUF_BYTES // 1024} KiB beside the state stream "
+           f"(B * T <= {ACTIVATION_SBUF_BYTES // per_token} here)", f"B * T = {B} * {T}")
     h0, h1, k0, k1 = program_heads(nv, G)
     nh = h1 - h0
     nkh = k1 - k0
     # place_z: project z after the recurrence when the state stream (read + write) is under half
     # its weights, so that they fill the DMA queues while the delta rule computes.
-    z_last = place_z and 2 * (2 * B * nh * dk * dv * 4) < H * nh * dv * 2
-    out = nl.ndarray((B, 1, nv * dv), nl.bfloat16, buffer=nl.shared_hbm, name="out")
-    new_conv_state = nl.ndarray((B, 2 * key_dim + nv * dv, K), nl.bfloat16, buffer=nl.shared_hbm,
+    z_last = place_z and 2 * (2 * N * nh * dk * dv * 4) < H * nh * dv * 2
+    out = nl.ndarray((B, T, nv * dv), nl.bfloat16, buffer=nl.shared_hbm, name="out")
+    windows_shape = (B, 2 * key_dim + nv * dv, K)
+    states_shape = (B, nv, dk, dv)
+    if verify:
+        windows_shape = (B, T) + windows_shape[1:]
+        states_shape = (B, T) + states_shape[1:]
+    new_conv_state = nl.ndarray(windows_shape, nl.bfloat16, buffer=nl.shared_hbm,
                                 name="new_conv_state")
-    new_recurrent_state = nl.ndarray((B, nv, dk, dv), nl.float32, buffer=nl.shared_hbm,
+    new_recurrent_state = nl.ndarray(states_shape, nl.float32, buffer=nl.shared_hbm,
                                      name="new_recurrent_state")
 
     # stage 1: hidden once, then each projection straight into the tiles the next stage reads
     # (a and b first: the gates need them). a and b are projected whole on every program, q | k
     # too unless qk_slices and the program's key heads make weight-row runs long enough to stream.
-    hidden_T = load_hidden_T(nl.ndarray((pmax, B, H // pmax), nl.bfloat16, name="hidden_T"), hidden)
+    hidden_T = load_hidden_T(nl.ndarray((pmax, N, H // pmax), nl.bfloat16, name="hidden_T"),
+                             hidden.reshape((N, 1, H)))
     # queue_roles, z last: every weight on SyncE's hardware-DGE queue (wq), in the order TensorE
     # reads them, z's last, so that z's chunks land one by one in order while the state streams on
     # the compiler's queues, and z's matmuls go where TensorE waits anyway. z first: nothing moves;
@@ -149,15 +196,15 @@ def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
     # own gets one share of the bandwidth and ends last (modeled, trn2 cost model, Qwen3-Next-80B
     # TP4, B = 32: best 137.5 -> 138.1 us).
     wq = None
-    z_banks = -(-B // pmax) * -(-nh * dv // nl.tile_size.psum_bank_fmax)   # z's sums, if one group
+    z_banks = -(-N // pmax) * -(-nh * dv // nl.tile_size.psum_bank_fmax)   # z's sums, if one group
     if queue_roles and z_last and z_banks <= nl.tile_size.psum_num_banks - RECURRENCE_PSUM_BANKS:
         wq = nisa.engine.sync
     sliced = qk_slices and nkh < nk and nkh * dk * BF16_BYTES >= MIN_SLICE_RUN_BYTES
     q0 = k0 if sliced else 0                        # the first key head this program projects
-    qk = nl.ndarray((dk, 2, nkh if sliced else nk, B), nl.bfloat16, name="qk_proj")   # q, then k
-    v = nl.ndarray((dv, nh, B), nl.bfloat16, name="v_proj")
-    qk_c = nl.ndarray((dk, 2, nkh, B), nl.bfloat16, name="qk_conv")
-    v_c = nl.ndarray((dv, nh, B), nl.bfloat16, name="v_conv")
+    qk = nl.ndarray((dk, 2, nkh if sliced else nk, N), nl.bfloat16, name="qk_proj")   # q, then k
+    v = nl.ndarray((dv, nh, N), nl.bfloat16, name="v_proj")
+    qk_c = nl.ndarray((dk, 2, nkh, N), nl.bfloat16, name="qk_conv")
+    v_c = nl.ndarray((dv, nh, N), nl.bfloat16, name="v_conv")
     groups = _conv_groups(qk_c, qk, v_c, v, k0 - q0, k0 * dk, key_dim, 2 * key_dim + h0 * dv)
     # loads_first: the small inputs' DMAs ahead of the first weight chunk on the queues (each a
     # contiguous row: one descriptor, not one per element), and the conv windows' transposes ahead
@@ -174,16 +221,16 @@ def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
         loaded = []
         for i in range(len(groups)):
             dst, _, c0 = groups[i]
-            loaded.append(load_windows(conv_weight, conv_state, c0, dst.shape[0], dst.shape[1]))
-    a = _heads_of(_projected((nv, B), hidden_T, W_in_a, "a", wq), h0, nh, "a_heads")
-    b = _heads_of(_projected((nv, B), hidden_T, W_in_b, "b", wq), h0, nh, "b_heads")
+            loaded.append(load_windows(conv_weight, conv_state, c0, dst.shape[0], dst.shape[1], T))
+    a = _heads_of(_projected((nv, N), hidden_T, W_in_a, "a", wq), h0, nh, "a_heads")
+    b = _heads_of(_projected((nv, N), hidden_T, W_in_b, "b", wq), h0, nh, "b_heads")
     if sliced:
         for i in range(2):
             project_columns(qk[:, i], hidden_T, W_in_qkv, col0=i * key_dim + k0 * dk, queue=wq)
     else:
-        project_columns(qk.reshape((dk, 2 * nk, B)), hidden_T, W_in_qkv, queue=wq)
+        project_columns(qk.reshape((dk, 2 * nk, N)), hidden_T, W_in_qkv, queue=wq)
     project_columns(v, hidden_T, W_in_qkv, col0=2 * key_dim + h0 * dv, queue=wq)
-    z = nl.ndarray((dv, nh, B), nl.bfloat16, name="z")
+    z = nl.ndarray((dv, nh, N), nl.bfloat16, name="z")
     z_open = None
     if not z_last:
         project_columns(z, hidden_T, W_in_z, col0=h0 * dv)
@@ -199,8 +246,11 @@ def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
         dst, x, c0 = groups[i]
         if first:
             windows.append(slide_windows(dst, x, loaded[i]))
-        else:
+        elif T == 1:
             conv1d_decode_channels(dst, new_conv_state, x, conv_weight, conv_state, c0=c0)
+        else:
+            windows.append(slide_windows(dst, x, load_windows(conv_weight, conv_state, c0,
+                                                              dst.shape[0], dst.shape[1], T)))
     for i in range(len(windows)):
         store_windows(new_conv_state, windows[i])
     if z_open is not None:
@@ -216,16 +266,31 @@ def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
     # stage 4: the recurrence of this program's heads; its ones tile serves stage 5 too
     if not first:
         A_sb, dt_sb = load_head_params(A_log, dt_bias, h0, nh)
-    o = nl.ndarray((dv, nh, B), nl.bfloat16, name="o")
+    o = nl.ndarray((dv, nh, N), nl.bfloat16, name="o")
     ones = fold_ones(dk, dv, nh)
     # z_early: the recurrence issues z's weight DMAs after its first state loads, ahead of the
     # state stores that wait for its compute; z's matmuls stay after it.
     z_loads = None
     if z_last and z_early and z_open is None:
         z_loads = column_weight_loads(z, hidden_T, W_in_z, col0=h0 * dv)
-    gated_delta_rule_block(o, new_recurrent_state[:, h0:h1], q, k, v_c, a, b, A_sb, dt_sb,
-                           recurrent_state[:, h0:h1], ones=ones, weight_loads=z_loads,
-                           fill=z_open)
+    scratch = None            # the states between tokens, unless the caller keeps them
+    if T > 1 and not verify:
+        scratch = nl.ndarray((B, T - 1, nv, dk, dv), nl.float32, buffer=nl.hbm,
+                             name="token_states")
+    src = recurrent_state
+    for t in range(T):        # token by token; token t reads the state token t - 1 wrote
+        dst = new_recurrent_state
+        if verify:
+            dst = new_recurrent_state[:, t]
+        elif t < T - 1:
+            dst = scratch[:, t]
+        loads = None
+        if t == 0:
+            loads = z_loads
+        gated_delta_rule_block(_token(o, t, T), dst[:, h0:h1], _token(q, t, T), _token(k, t, T),
+                               _token(v_c, t, T), _token(a, t, T), _token(b, t, T), A_sb, dt_sb,
+                               src[:, h0:h1], ones=ones, weight_loads=loads, fill=z_open)
+        src = dst
     if z_open is not None:        # queue_roles: z's chunks the recurrence left
         sum_columns(z_open, z_open["n_chunks"])
     elif z_last:
@@ -234,10 +299,15 @@ def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
     # stage 5, then the only activation store: each token's row of this program's heads
     if not first:
         norm_w = load_norm_weight(norm_weight)
-    y = nl.ndarray((dv, nh, B), nl.bfloat16, name="y")
+    y = nl.ndarray((dv, nh, N), nl.bfloat16, name="y")
     rmsnorm_gated_tile(y, o, z, norm_w, ones=ones[0:dv, 0:dv])
-    store_rows(out[:, 0, h0 * dv:h1 * dv], y)
+    store_rows(out.reshape((N, nv * dv))[:, h0 * dv:h1 * dv], y)
     return out, new_conv_state, new_recurrent_state
+
+
+def _token(t, i, T):
+    """Token i's columns (b * T + i) of a channel-major [..., B * T] tile: a [..., B] view."""
+    return t.reshape_dim(len(t.shape) - 1, (t.shape[-1] // T, T))[..., i]
 
 
 def program_heads(nv, G):

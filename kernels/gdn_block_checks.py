@@ -12,8 +12,11 @@ MAX_TOKENS = 8    # tokens per sequence a verify step carries (speculative decod
 
 
 def block_dims(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log, dt_bias,
-               norm_weight, recurrent_state):
+               norm_weight, recurrent_state, max_tokens=1):
     """Check the shapes of `gdn_block_tkg`'s 11 arguments; return (B, H, nk, nv, dk, dv, K).
+
+    hidden is [B, T, H] with 1 <= T <= max_tokens (the composition steps take one token;
+    `gdn_block_tkg` and `gdn_block_tkg_verify` up to MAX_TOKENS).
 
     Each dim comes from one argument, checked (rank, no empty dim, range) before anything is
     derived from it: B, H from hidden; nv, dk, dv from recurrent_state; nk from W_in_qkv's
@@ -25,7 +28,10 @@ def block_dims(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state
     pmax = nl.tile_size.pmax
     expect_rank(hidden, "hidden", 3)
     B, S, H = hidden.shape
-    expect(S == 1, "hidden", "one decode token, shape [B, 1, H]", f"shape {list(hidden.shape)}")
+    if max_tokens == 1:
+        expect(S == 1, "hidden", "one decode token, shape [B, 1, H]", f"shape {list(hidden.shape)}")
+    expect(1 <= S <= max_tokens, "hidden",
+           f"1 to {max_tokens} tokens per sequence, shape [B, T, H]", f"shape {list(hidden.shape)}")
     expect(H % pmax == 0, "hidden", f"hidden size H = hidden.shape[2] a multiple of {pmax}", H)
 
     expect_rank(recurrent_state, "recurrent_state", 4)

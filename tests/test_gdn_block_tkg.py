@@ -16,7 +16,7 @@ import kernels
 import nki
 import nkicpu
 from kernels.configs import TEST_SHARDS, GDNShape, model_shard
-from kernels.gdn_block import gdn_block_tkg
+from kernels.gdn_block import gdn_block_tkg, gdn_block_tkg_verify
 from kernels.in_proj import MIN_SLICE_RUN_BYTES
 from kernels.steps import (gdn_block_tkg_loads_first, gdn_block_tkg_whole_qk, gdn_block_tkg_z_early,
                            gdn_block_tkg_z_queued)
@@ -299,6 +299,7 @@ def test_inputs_unmodified():
 
 def test_exported_from_package():
     assert kernels.gdn_block_tkg is gdn_block_tkg
+    assert kernels.gdn_block_tkg_verify is gdn_block_tkg_verify
 
 
 # bad input: tests/test_bad_input.py
@@ -335,7 +336,7 @@ def test_lnc2_projects_its_own_q_k_columns_where_the_runs_are_long(shape):
 
 def test_rejects_a_batch_whose_activations_do_not_fit_on_chip():
     x = make_inputs(model_shard("Qwen3.5-0.8B", 1, B=512), seed=13)     # 155 KiB of activations
-    with pytest.raises(AssertionError, match=r"hidden: expected a batch whose on-chip activations.*got B = 512"):
+    with pytest.raises(AssertionError, match=r"hidden: expected a batch whose on-chip activations.*got B \* T = 512 \* 1"):
         nki.simulate(gdn_block_tkg)(*x.values())
 
 
