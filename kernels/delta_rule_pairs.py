@@ -145,10 +145,21 @@ def pair_gates(c, hp, j):
         nisa.tensor_tensor(c["a_dt"], c["a_dt"], hp[:, 0, :].expand_dim(1).broadcast(1, bc),
                            op=nl.multiply)
     else:
-        gbc = nl.ndarray((P, 2, bc * nv), nl.float32, name="gates_bcast")
-        nisa.activation(gbc[:, 0].reshape_dim(1, (bc, nv)), op=nl.exp, data=c.pop("a_dt"))
-        nisa.activation(gbc[:, 1].reshape_dim(1, (bc, nv)), op=nl.sigmoid, data=c.pop("ab")[:, 1])
-        c["gbc"] = gbc
+        gate_function(c, 0)
+        gate_function(c, 1)
+
+
+def gate_function(c, i):
+    """Half i of pair_gates' last step: exp(g) (i = 0, which allocates c["gbc"]) or beta (i = 1)
+    into c["gbc"][:, i]. One ScalarE function each, so that a caller preparing several chunks can
+    run each over all of them with one function-table load."""
+    P, _, bc, nv = c["ab"].shape
+    if i == 0:
+        c["gbc"] = nl.ndarray((P, 2, bc * nv), nl.float32, name="gates_bcast")
+        nisa.activation(c["gbc"][:, 0].reshape_dim(1, (bc, nv)), op=nl.exp, data=c.pop("a_dt"))
+    else:
+        nisa.activation(c["gbc"][:, 1].reshape_dim(1, (bc, nv)), op=nl.sigmoid,
+                        data=c.pop("ab")[:, 1])
 
 
 def pair_products(ring, qk, steps, i, kvsq, p_lo, p_hi):

@@ -10,9 +10,9 @@ import nki.language as nl
 import nki.isa as nisa
 
 from .checks import expect, expect_dtype, expect_rank, expect_shape
-from .delta_rule_pairs import (BANK_GROUPS, GATE_STEPS, GROUP, decay_odd_groups, gate_inputs,
-                               head_params, move_pairs, outer_rows, padded_columns, pair_gates,
-                               pair_products, pair_ring, pair_steps, pair_update,
+from .delta_rule_pairs import (BANK_GROUPS, GATE_STEPS, GROUP, decay_odd_groups, gate_function,
+                               gate_inputs, head_params, move_pairs, outer_rows, padded_columns,
+                               pair_gates, pair_products, pair_ring, pair_steps, pair_update,
                                spread_gate_inputs)
 from .delta_rule_state import PMAX, STATE_BUFFERS, fold_ones, identity
 from .gqa_repeat import value_heads_view
@@ -23,7 +23,8 @@ L2NORM_EPS = 1e-6     # l2norm(x) = x * rsqrt(sum(x^2) + eps): eps inside the sq
 
 
 def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurrent_state,
-                           ones=None, weight_loads=None, store_queue=False, fill=None):
+                           ones=None, weight_loads=None, store_queue=False, fill=None, ring=None,
+                           store=True, first=None):
     """One decode step of the gated delta rule on channel-major SBUF tiles, state HBM -> HBM.
 
     Dimensions:
@@ -54,9 +55,16 @@ def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurren
             weight DMAs issued: one weight chunk's matmuls go before the first chunk's
             preparation and before each piece of the first sub-chunk's operands, where TensorE
             waits on VectorE and ScalarE (TensorE runs in program order); never its last chunk.
+        ring (nl.ndarray): optional, the state ring an earlier call returned, holding the state
+            this call starts from (every sub-chunk in a slot of its own: `ring_holds_state`);
+            recurrent_state is then not read (None is fine).
+        store (bool): False leaves the new state in the returned ring only (new_state may be
+            None): a later call continues from it without a round trip through HBM.
+        first (dict): optional, this call's entry of `prepare_tokens`: its first chunk of pairs
+            prepared ahead (with the constants it read); ones is then ignored.
 
     Returns:
-        None; `o` and `new_state` hold the results.
+        The state ring, [dk, slots, pairs, dv] fp32 SBUF; `o` and `new_state` hold the results.
 
     Notes:
         - dk, dv, nv <= 128; nv a multiple of nq. With nq = nk, value head h reads key head
@@ -90,21 +98,34 @@ def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurren
     _check_block_args(o, new_state, q, k, v, a, b, A_log, dt_bias, recurrent_state)
     dk, _, B = q.shape
     dv, nv, _ = v.shape
-    if ones is None:
-        ones = fold_ones(dk, dv, nv)
-    ident = identity()
-    hp = head_params(A_log, dt_bias, ones.shape[0])        # -exp(A_log), dt_bias on every partition
+    if first is None:
+        if ones is None:
+            ones = fold_ones(dk, dv, nv)
+        ident = identity()
+        hp = head_params(A_log, dt_bias, ones.shape[0])    # -exp(A_log), dt_bias on every partition
+        ins = (q, k, v, a, b, hp, o.dtype, ident, ones)   # what a chunk's preparation reads
+    else:
+        ins = first["ins"]
+        ident = ins[7]
     steps = pair_steps(B, nv)
-    ring = pair_ring(dk, dv, steps)
+    expect((ring is None and store) or ring_holds_state(B, nv), "ring",
+           "a state ring kept across calls only where it holds the whole state "
+           f"({STATE_BUFFERS} sub-chunks)", f"{len(steps)} sub-chunks")
+    source = None                                         # where the loads come from, if any
+    if ring is None:
+        ring = pair_ring(dk, dv, steps)
+        source = recurrent_state
     for i in range(STATE_BUFFERS - 1):                   # the loads run ahead of compute
-        move_pairs(ring, recurrent_state, steps, i, load=True)
+        _load_pairs(ring, source, steps, i)
     if weight_loads is not None:
         issue_loads(weight_loads)
-    ins = (q, k, v, a, b, hp, o.dtype, ident, ones)       # what a chunk's preparation reads
     pads = (padded_columns(dk, ring.shape[2], "k_pad"), padded_columns(dv, ring.shape[2],
                                                                       "delta_pad"))
     _fill_tensor(fill)
-    chunk = _prepare_pairs({"b0": 0, "bc": steps[0][1]}, ins)
+    if first is None:
+        chunk = _prepare_pairs({"b0": 0, "bc": steps[0][1]}, ins)
+    else:
+        chunk = first["chunk"]
     ops = _start_operands(chunk, ring, steps, 0, pads)
     for j in range(ops["pieces"]):
         _fill_tensor(fill)
@@ -113,7 +134,7 @@ def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurren
     staged = 0                                            # stages of nxt issued so far
     for i in range(len(steps)):
         b0, bc, s0, mc = steps[i]
-        move_pairs(ring, recurrent_state, steps, i + STATE_BUFFERS - 1, load=True)
+        _load_pairs(ring, source, steps, i + STATE_BUFFERS - 1)
         if s0 == 0 and b0 + bc < B:                       # the next chunk's inputs: in stages
             nxt = {"b0": b0 + bc, "bc": min(bc, B - b0 - bc)}     # under this chunk's later
             staged = 0                                            # sub-chunks, or at once if
@@ -138,13 +159,84 @@ def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurren
                                        (g + 1) * upcoming_ops["pieces"] // groups)
             if nxt is not chunk and s0 > 0:               # and one of the next chunk's
                 staged = _prepare_stages(nxt, ins, staged, staged + 1)
-        move_pairs(ring, new_state, steps, i, load=False,
-                   store_queue=store_queue and weight_loads is None)
+        if store:
+            move_pairs(ring, new_state, steps, i, load=False,
+                       store_queue=store_queue and weight_loads is None)
         if s0 + mc == bc * nv:                            # the chunk's last sub-chunk
             nisa.tensor_copy(o[:, :, b0:b0 + bc].permute((0, 2, 1)),
                              chunk["o"].reshape_dim(1, (bc, nv)))
             chunk = nxt
         ops = upcoming_ops
+    return ring
+
+
+def prepare_tokens(tokens, A_log, dt_bias, ones, o_dtype):
+    """The first chunk of pairs of T calls of gated_delta_rule_block (one per token of the same
+    sequences), prepared before any of them runs: l2norm(q, k), k . q and the gates of a token
+    do not depend on the token before, so that only the state update is left between two tokens.
+
+    Step by step over the tokens: each ScalarE function runs over every token with one table
+    load, not one per token; the PSUM sums a chunk keeps (k . q, the gates' inputs) are copied to
+    SBUF, so that T tokens do not hold T banks.
+
+    Args:
+        tokens (list): per token, (q, k, v, a, b) as gated_delta_rule_block takes them.
+        A_log, dt_bias (nl.ndarray): [nv, 1] @ SBUF, fp32.
+        ones (nl.ndarray): fold_ones(dk, dv, nv).
+        o_dtype: the dtype of each call's o.
+
+    Returns:
+        A list of T dicts: each call's `first`.
+    """
+    ident = identity()
+    hp = head_params(A_log, dt_bias, ones.shape[0])
+    firsts = []
+    for t in range(len(tokens)):
+        q, k, v, a, b = tokens[t]
+        firsts.append({"ins": (q, k, v, a, b, hp, o_dtype, ident, ones),
+                       "chunk": {"b0": 0, "bc": pair_steps(q.shape[2], v.shape[1])[0][1]}})
+    for s in range(PREP_STEPS - 1):
+        if s == 2:
+            continue                                      # with step 1 (its PSUM sums' reader)
+        for t in range(len(firsts)):
+            c = firsts[t]["chunk"]
+            _prepare_step(c, firsts[t]["ins"], s)
+            if s == 1:
+                _prepare_step(c, firsts[t]["ins"], 2)
+            elif s == 5:
+                c["kq"] = _to_sbuf(c["kq"], "kq_sb")
+            elif s == PREP_QK + 1:
+                c["ab"] = _to_sbuf(c["ab"], "ab_sb")
+    for i in range(2):                                    # the last gate step, a function at a time
+        for t in range(len(firsts)):
+            gate_function(firsts[t]["chunk"], i)
+    return firsts
+
+
+def first_chunk_pairs(B, nv):
+    """The (batch, head) pairs of a [B, nv] block's first chunk: what prepare_tokens prepares per
+    token."""
+    return pair_steps(B, nv)[0][1] * nv
+
+
+def _to_sbuf(psum, name):
+    """A PSUM tile copied to a new SBUF tile (VectorE)."""
+    t = nl.ndarray(psum.shape, nl.float32, name=name)
+    nisa.tensor_copy(t, psum)
+    return t
+
+
+def ring_holds_state(B, nv):
+    """Whether the state ring of a [B, nv] block holds its whole state at once, each sub-chunk
+    in a slot of its own, so that a next token can start from it (`gated_delta_rule_block`'s
+    ring and store)."""
+    return len(pair_steps(B, nv)) <= STATE_BUFFERS
+
+
+def _load_pairs(ring, source, steps, i):
+    """Sub-chunk i's state from HBM into its ring slot, unless the ring already holds it."""
+    if source is not None:
+        move_pairs(ring, source, steps, i, load=True)
 
 
 def _fill_tensor(fill):
@@ -155,6 +247,9 @@ def _fill_tensor(fill):
         sum_columns(fill, 1)
 
 
+# SBUF per partition a prepared pair holds until its update: q, k (8 B), the gates (8), k . q (4),
+# v and o (2 each, bf16): what prepare_tokens keeps per pair and token
+PREPARED_PAIR_BYTES = 24
 PREP_QK = 6           # _prepare_step: steps 0 .. 5 build qk and kq, the rest the gates
 PREP_STEPS = PREP_QK + 2 + GATE_STEPS
 PREP_STAGES = max(PREP_QK, PREP_STEPS - PREP_QK)   # stage s: step s of each chain
@@ -267,12 +362,13 @@ def _check_block_args(o, new_state, q, k, v, a, b, A_log, dt_bias, recurrent_sta
     expect_shape(b, "b", (nv, B))
     expect_shape(A_log, "A_log", (nv, 1))
     expect_shape(dt_bias, "dt_bias", (nv, 1))
-    expect_shape(recurrent_state, "recurrent_state", (B, nv, dk, dv))
-    expect_shape(new_state, "new_state", (B, nv, dk, dv))
     expect_dtype(A_log, "A_log", nl.float32)
     expect_dtype(dt_bias, "dt_bias", nl.float32)
-    expect_dtype(recurrent_state, "recurrent_state", nl.float32)
-    expect_dtype(new_state, "new_state", nl.float32)
+    states = (("recurrent_state", recurrent_state), ("new_state", new_state))
+    for name, t in states:
+        if t is not None:
+            expect_shape(t, name, (B, nv, dk, dv))
+            expect_dtype(t, name, nl.float32)
 
 
 def _pairs(x, b0, bc, nv):

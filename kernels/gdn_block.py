@@ -27,7 +27,8 @@ from .checks import expect
 from .conv1d_decode import (conv1d_decode_channels, load_windows, slide_windows, store_windows,
                             window_chunks)
 from .delta_rule_state import fold_ones
-from .gated_delta_rule import gated_delta_rule_block, load_head_params
+from .gated_delta_rule import (PREPARED_PAIR_BYTES, first_chunk_pairs, gated_delta_rule_block,
+                               load_head_params, prepare_tokens, ring_holds_state)
 from .gqa_repeat import expand_key_heads
 from .gdn_block_checks import MAX_TOKENS, block_dims, check_block_dtypes
 from .in_proj import (BF16_BYTES, MIN_SLICE_RUN_BYTES, column_weight_loads, issue_loads,
@@ -49,6 +50,10 @@ Z_CHUNKS_BEFORE_RECURRENCE = 2
 # group of z's sums open through the recurrence, so only where that group fits the other banks
 # (not at Qwen3-Next-80B TP1: 4096 columns of z, a 4-bank group).
 RECURRENCE_PSUM_BANKS = 6
+# T tokens: SBUF per partition the tokens' prepared first chunks may hold at once (prepare_tokens);
+# past it (B * T large: the state streams anyway) each token prepares its own. The rest of the
+# kernel fits beside it up to B * T = 256 at Qwen3-Next-80B TP4 (nkicpu's capacity accounting).
+TOKENS_AHEAD_SBUF_BYTES = 8 * 1024
 
 
 @nki.jit
@@ -95,7 +100,9 @@ def gdn_block_tkg(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_st
         - The batch's activations must fit on chip: 2 * B * T * (4 * nk + 5 * nv + H / 128)
           bytes per partition <= ACTIVATION_SBUF_BYTES.
         - T tokens: the weights stream once for all B * T; the conv slides each window T times;
-          the recurrence runs token by token, the state between tokens through HBM.
+          the recurrence runs token by token, the state between tokens kept in SBUF where the
+          recurrence's ring holds all of it (gated_delta_rule.ring_holds_state: up to B = 16
+          at Qwen3-Next-80B TP4 and Qwen3.5-27B TP8 on one core, B = 32 on two), else through HBM.
 
     Pseudocode:
         mixed_qkv, z, a, b = hidden @ W_in_qkv, hidden @ W_in_z, hidden @ W_in_a, hidden @ W_in_b
@@ -145,8 +152,8 @@ def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
     before 8, 9 and 10).
 
     hidden [B, T, H] with T <= max_tokens: the projections and the conv take the B * T tokens at
-    once (column b * T + t of every activation tile), the recurrence runs token by token, its
-    state through HBM. verify: return every token's windows and states.
+    once (column b * T + t of every activation tile), the recurrence runs token by token.
+    verify: return every token's windows and states.
 
     On an LNC grid each program takes its value heads and the key heads they read
     (`program_heads`); every HBM write is its own heads' slice, except the conv state of a key
@@ -170,9 +177,17 @@ def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
     h0, h1, k0, k1 = program_heads(nv, G)
     nh = h1 - h0
     nkh = k1 - k0
-    # place_z: project z after the recurrence when the state stream (read + write) is under half
-    # its weights, so that they fill the DMA queues while the delta rule computes.
-    z_last = place_z and 2 * (2 * N * nh * dk * dv * 4) < H * nh * dv * 2
+    # T tokens: the state stays in the recurrence's ring between tokens where the ring holds all
+    # of it; else it goes through HBM (scratch, unless the caller keeps every token's)
+    keep = ring_holds_state(B, nh)
+    passes = 2                # the state's HBM passes: read once, written once, and
+    if not keep:
+        passes = 2 * T        # a round trip between two tokens
+    elif verify:
+        passes = 1 + T        # or a write after every token
+    # place_z: project z after the recurrence when the state stream is under half its weights,
+    # so that they fill the DMA queues while the delta rule computes.
+    z_last = place_z and 2 * (passes * B * nh * dk * dv * 4) < H * nh * dv * 2
     out = nl.ndarray((B, T, nv * dv), nl.bfloat16, buffer=nl.shared_hbm, name="out")
     windows_shape = (B, 2 * key_dim + nv * dv, K)
     states_shape = (B, nv, dk, dv)
@@ -273,23 +288,34 @@ def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
     z_loads = None
     if z_last and z_early and z_open is None:
         z_loads = column_weight_loads(z, hidden_T, W_in_z, col0=h0 * dv)
-    scratch = None            # the states between tokens, unless the caller keeps them
-    if T > 1 and not verify:
+    scratch = None
+    if T > 1 and not verify and not keep:
         scratch = nl.ndarray((B, T - 1, nv, dk, dv), nl.float32, buffer=nl.hbm,
                              name="token_states")
+    firsts = None             # every token's gates and l2norm, ahead of the first state update
+    if T > 1 and T * first_chunk_pairs(B, nh) * PREPARED_PAIR_BYTES <= TOKENS_AHEAD_SBUF_BYTES:
+        tokens = []
+        for t in range(T):
+            tokens.append((_token(q, t, T), _token(k, t, T), _token(v_c, t, T), _token(a, t, T),
+                           _token(b, t, T)))
+        firsts = prepare_tokens(tokens, A_sb, dt_sb, ones, o.dtype)
     src = recurrent_state
-    for t in range(T):        # token by token; token t reads the state token t - 1 wrote
+    ring = None
+    for t in range(T):        # token by token; token t starts from the state token t - 1 left
         dst = new_recurrent_state
         if verify:
             dst = new_recurrent_state[:, t]
-        elif t < T - 1:
+        elif t < T - 1 and not keep:
             dst = scratch[:, t]
         loads = None
         if t == 0:
             loads = z_loads
-        gated_delta_rule_block(_token(o, t, T), dst[:, h0:h1], _token(q, t, T), _token(k, t, T),
-                               _token(v_c, t, T), _token(a, t, T), _token(b, t, T), A_sb, dt_sb,
-                               src[:, h0:h1], ones=ones, weight_loads=loads, fill=z_open)
+        ring = gated_delta_rule_block(_token(o, t, T), dst[:, h0:h1], _token(q, t, T),
+                                      _token(k, t, T), _token(v_c, t, T), _token(a, t, T),
+                                      _token(b, t, T), A_sb, dt_sb, src[:, h0:h1], ones=ones,
+                                      weight_loads=loads, fill=z_open, ring=_kept(ring, keep),
+                                      store=verify or t == T - 1 or not keep,
+                                      first=_first(firsts, t))
         src = dst
     if z_open is not None:        # queue_roles: z's chunks the recurrence left
         sum_columns(z_open, z_open["n_chunks"])
@@ -303,6 +329,20 @@ def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
     rmsnorm_gated_tile(y, o, z, norm_w, ones=ones[0:dv, 0:dv])
     store_rows(out.reshape((N, nv * dv))[:, h0 * dv:h1 * dv], y)
     return out, new_conv_state, new_recurrent_state
+
+
+def _kept(ring, keep):
+    """The ring a token's recurrence starts from: the last token's, where it holds the state."""
+    if keep:
+        return ring
+    return None
+
+
+def _first(firsts, t):
+    """Token t's prepared first chunk, if the tokens were prepared ahead."""
+    if firsts is None:
+        return None
+    return firsts[t]
 
 
 def _token(t, i, T):
