@@ -376,15 +376,15 @@ def lower_bounds(capture, band=costs.LIKELY):
         engine = 0.0
         for name in ENGINE_LANES.values():
             on = [k for k in mine if split_core(lane[k])[1] == name]
-            if not on:
-                continue
             busy = sum(alone[k] for k in on)
             unseen = 0.0
             if name == "ScalarE" and band == costs.LIKELY:
                 unseen = len({costs.act_table(ins[k]) for k in on}) * costs.ACT_TABLE_SWITCH_US
             if name == "GpSimd":
                 unseen = sum(dma_trigger(ins[k]) == "gpsimd" for k in dma) * costs.SWDGE_GPSIMD_US
-            engine = max(engine, min(start[k] for k in on) + busy + min(after[k] for k in on), busy + unseen)
+            engine = max(engine, busy + unseen)
+            if on:
+                engine = max(engine, min(start[k] for k in on) + busy + min(after[k] for k in on))
         last, work, moving = 0.0, 0.0, float("inf")
         for k in sorted(dma, key=lambda k: -after[k]):
             t = costs.transfer(ins[k], band)

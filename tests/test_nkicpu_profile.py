@@ -229,6 +229,25 @@ def test_scalare_pays_one_table_load_per_table_in_any_order():
         assert got["floor"] == got["engine"] <= modeled[band]
 
 
+@nki.jit
+def software_dge_loads(x, n):
+    """n loads whose descriptors GpSimd writes (dge_mode=swdge), no compute."""
+    for _ in range(n):
+        nisa.dma_copy(dst=nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf), src=x, dge_mode=nisa.dge_mode.swdge)
+    return x
+
+
+@pytest.mark.parametrize("band", costs.BANDS)
+def test_software_dge_descriptors_come_before_their_dma_and_busy_gpsimd(band):
+    n, x = 12, rand((128, 64), F32)
+    c = nkicpu.capture(software_dge_loads)(x, n)
+    t = costs.transfer(c.instructions[0], band)
+    (got,) = lower_bounds(c, band)
+    assert got["engine"] == pytest.approx(n * costs.SWDGE_GPSIMD_US)
+    assert got["chain"] == pytest.approx(costs.SWDGE_GPSIMD_US + t.latency_us + t.work_bytes / t.max_bytes_per_us)
+    assert got["floor"] <= _modeled(c)[band]
+
+
 @pytest.mark.parametrize("cores", [1, 2])
 def test_the_floor_is_never_above_the_modeled_time(cores):
     """A stage kernel and the fused kernel at a tiny shape, on one core and two, both estimates."""
