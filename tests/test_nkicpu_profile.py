@@ -184,8 +184,9 @@ def test_each_bound_of_a_small_kernel_is_its_hand_count(band):
     want = {"bytes": 3 * x.nbytes / rate,
             "engine": alone[load_x.index] + after_load,               # the add: after a load, then the store
             "chain": alone[load_x.index] + after_load,
-            # both loads' work, then what follows them; all three DMAs' work is less
-            "last_dma": t[0].latency_us + (t[0].work_bytes + t[1].work_bytes) / rate + after_load}
+            # both loads' work, then what follows them (with the store's work too, nothing follows)
+            "last_dma": t[load_x.index].latency_us
+                        + (t[load_x.index].work_bytes + t[load_y.index].work_bytes) / rate + after_load}
     want["floor"] = want["last_dma"]
     (got,) = lower_bounds(c, band)
     assert got == pytest.approx(want)
