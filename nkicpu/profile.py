@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import costs
-from .schedule import ENGINE_LANES, core_count, dependencies, lane_name, schedule
+from .schedule import ENGINE_LANES, core_count, dependencies, dma_trigger, lane_name, lanes, schedule
 
 MODELED = "modeled (trn2 cost model)"
 
@@ -309,6 +309,93 @@ def core_parts(capture, band=costs.LIKELY):
         full = nbytes / costs.dma_bytes_per_us(band)
         parts.append({"total": total, "full_rate": full, "below_rate": moving - full, "no_dma": total - moving})
     return parts
+
+
+# -- lower bounds that hold for every order of a capture's instructions ---------------------------
+
+BOUNDS = ("bytes", "engine", "chain", "last_dma")
+
+
+def _alone_us(ins, band):
+    """How long an instruction takes with nothing else running: a compute instruction its engine
+    time; a DMA its fixed latency, then its work at the core's full DMA rate or its own cap."""
+    if ins.engine != "dma":
+        return costs.engine_us(ins, band)
+    t = costs.transfer(ins, band)
+    return t.latency_us + t.work_bytes / min(t.max_bytes_per_us, costs.dma_bytes_per_us(band))
+
+
+def lower_bounds(capture, band=costs.LIKELY):
+    """Lower bounds (µs) on a launch's modeled time in one estimate that hold for every schedule of
+    its recorded instructions that keeps their dependencies (`nkicpu.schedule.dependencies`:
+    read/write conflicts and memory reuse), under the model's rules 3-5; the order of each lane
+    (rule 1) is not assumed. One dict per physical core, from that core's work:
+
+    bytes     its HBM bytes at the estimate's full DMA rate (`costs.dma_bytes_per_us`)
+    engine    over its compute engines, the most of: the earliest any of the engine's instructions
+              can start + their summed time + the least chain that must follow one of them; or
+              their summed time + the ScalarE table loads (LIKELY, one per function table used:
+              the engine starts with none loaded) or GpSimd descriptor generations
+              (`dge_mode=swdge`) every order pays
+    chain     the longest dependency path through one of its instructions: each at its time alone
+              (a DMA: fixed latency, then its work at full rate or its cap), plus a semaphore
+              hand-off where the estimate charges one (LIKELY, a compute instruction waiting on
+              another lane)
+    last_dma  some DMA moves data last: for its DMAs ordered by the chain that must follow them,
+              the k first ones' earliest data start + their work at full rate + the k-th one's
+              chain after it, the most over k (with all k, at least `bytes` + a fixed latency)
+    floor     the largest of them
+
+    A lower bound, not a schedule: a launch can sit above all of them. On several cores each
+    bounds the launch's time, so the launch's floor is the largest core floor.
+    """
+    ins = capture.instructions
+    deps = dependencies(ins, _shapes(capture), _regions(capture))
+    lane = lanes(ins)
+    rate = costs.dma_bytes_per_us(band)
+    alone = [_alone_us(i, band) for i in ins]
+
+    def handoff(p, c):
+        return costs.SEMAPHORE_US if band == costs.LIKELY and ins[c].engine != "dma" and lane[p] != lane[c] else 0.0
+
+    start = [0.0] * len(ins)                   # earliest start: every producer's end + hand-off
+    for c, ds in enumerate(deps):
+        if ins[c].engine == "dma" and dma_trigger(ins[c]) == "gpsimd":   # after its descriptors
+            start[c] = costs.SWDGE_GPSIMD_US
+        for p in ds:
+            start[c] = max(start[c], start[p] + alone[p] + handoff(p, c))
+    after = [0.0] * len(ins)                   # the longest chain that must follow its end
+    for c in reversed(range(len(ins))):
+        for p in deps[c]:
+            after[p] = max(after[p], handoff(p, c) + alone[c] + after[c])
+
+    result = []
+    for core in range(core_count(ins)):
+        mine = [k for k in range(len(ins)) if ins[k].core == core]
+        dma = [k for k in mine if ins[k].engine == "dma"]
+        engine = 0.0
+        for name in ENGINE_LANES.values():
+            on = [k for k in mine if split_core(lane[k])[1] == name]
+            busy = sum(alone[k] for k in on)
+            unseen = 0.0
+            if name == "ScalarE" and band == costs.LIKELY:
+                unseen = len({costs.act_table(ins[k]) for k in on}) * costs.ACT_TABLE_SWITCH_US
+            if name == "GpSimd":
+                unseen = sum(dma_trigger(ins[k]) == "gpsimd" for k in dma) * costs.SWDGE_GPSIMD_US
+            engine = max(engine, busy + unseen)
+            if on:
+                engine = max(engine, min(start[k] for k in on) + busy + min(after[k] for k in on))
+        last, work, moving = 0.0, 0.0, float("inf")
+        for k in sorted(dma, key=lambda k: -after[k]):
+            t = costs.transfer(ins[k], band)
+            work += t.work_bytes
+            moving = min(moving, start[k] + t.latency_us)
+            last = max(last, moving + work / rate + after[k])
+        b = {"bytes": sum(sum(costs.hbm_bytes(ins[k])) for k in dma) / rate, "engine": engine,
+             "chain": max((start[k] + alone[k] + after[k] for k in mine), default=0.0), "last_dma": last}
+        b["floor"] = max(b.values())
+        result.append(b)
+    return result
 
 
 def scratch_chain(capture, p):

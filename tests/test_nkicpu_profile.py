@@ -1,5 +1,6 @@
 """Where a launch's modeled time goes (nkicpu.profile): covered time, DMA parts per core, the HBM
-scratch chain, and what the programs of an LNC grid both read or write.
+scratch chain, what the programs of an LNC grid both read or write, and lower bounds that hold for
+every order of a launch's instructions.
 
 Each analysis is checked against what it must agree with: a brute-force count, the profile's own
 timeline and HBM bytes, or a kernel built so that the answer follows from its code.
@@ -9,9 +10,9 @@ import pytest
 
 import nkicpu
 from nkicpu import costs
-from nkicpu.profile import (PATH_PARTS, core_parts, covered_us, critical_path, critical_path_parts, dma_parts,
-                            event_end, is_dma_lane, no_dma_spans, profile_capture, scratch_chain, shared_reads,
-                            shared_writes)
+from nkicpu.profile import (BOUNDS, PATH_PARTS, core_parts, covered_us, critical_path, critical_path_parts,
+                            dma_parts, event_end, is_dma_lane, lower_bounds, no_dma_spans, profile_capture,
+                            scratch_chain, shared_reads, shared_writes)
 from nkicpu_testing import F32, allocation_id, load, nisa, nki, nl, rand, store
 
 
@@ -134,3 +135,139 @@ def test_the_critical_path_of_an_lnc2_launch_names_each_cores_lanes():
     for e, label, _ in critical_path(p):
         assert e["lane"].startswith(("c0 ", "c1 "))
         assert is_dma_lane(e["lane"]) == (label in (PATH_PARTS["moving"], PATH_PARTS["latency"]))
+
+
+# -- lower bounds for every order -------------------------------------------------------------------
+
+@nki.jit
+def two_loads_add_store(x, y):
+    """Two loads, VectorE adds them, one store: the DMAs' work decides the floor."""
+    s = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
+    nisa.tensor_tensor(dst=s, data1=load(x), data2=load(y), op=nl.add)
+    return store(s)
+
+
+@nki.jit
+def dependent_steps(x, n):
+    """n VectorE instructions, each reading the last one's result (no DMA: x is only a shape)."""
+    t = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
+    nisa.memset(t, 1.0, engine=nisa.engine.vector)
+    for _ in range(n - 1):
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=2.0)
+    return x
+
+
+@nki.jit
+def independent_steps(x, n):
+    """n VectorE instructions on n tiles of their own, none waiting for another (no DMA)."""
+    for _ in range(n):
+        nisa.memset(nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf), 1.0, engine=nisa.engine.vector)
+    return x
+
+
+def _modeled(c):
+    p = profile_capture(c)
+    return {costs.BEST: p.best_us, costs.LIKELY: p.total_us}
+
+
+@pytest.mark.parametrize("band", costs.BANDS)
+def test_each_bound_of_a_small_kernel_is_its_hand_count(band):
+    x, y = rand((128, 2048), F32), rand((128, 2048), F32, seed=1)
+    c = nkicpu.capture(two_loads_add_store)(x, y)
+    load_x, load_y, add, st = c.instructions
+    rate = costs.dma_bytes_per_us(band)
+    t = {i.index: costs.transfer(i, band) for i in (load_x, load_y, st)}
+    assert all(v.max_bytes_per_us == rate for v in t.values())        # 128 partitions: all 16 engines
+    alone = {k: v.latency_us + v.work_bytes / rate for k, v in t.items()}
+    hand = costs.SEMAPHORE_US if band == costs.LIKELY else 0.0        # VectorE waits on a DMA queue
+    after_load = hand + costs.engine_us(add, band) + alone[st.index]
+    want = {"bytes": 3 * x.nbytes / rate,
+            "engine": alone[load_x.index] + after_load,               # the add: after a load, then the store
+            "chain": alone[load_x.index] + after_load,
+            # both loads' work, then what follows them (with the store's work too, nothing follows)
+            "last_dma": t[load_x.index].latency_us
+                        + (t[load_x.index].work_bytes + t[load_y.index].work_bytes) / rate + after_load}
+    want["floor"] = want["last_dma"]
+    (got,) = lower_bounds(c, band)
+    assert got == pytest.approx(want)
+    assert got["floor"] <= _modeled(c)[band]
+
+
+@pytest.mark.parametrize("band", costs.BANDS)
+def test_a_chain_of_dependent_instructions_bounds_by_its_sum(band):
+    n, x = 6, rand((128, 512), F32)
+    for kernel, chain_of in ((dependent_steps, sum), (independent_steps, max)):
+        c = nkicpu.capture(kernel)(x, n)
+        us = [costs.engine_us(i, band) for i in c.instructions]
+        (got,) = lower_bounds(c, band)
+        assert got["chain"] == pytest.approx(chain_of(us))
+        assert got["engine"] == pytest.approx(sum(us))       # one engine does all of them
+        assert got["bytes"] == got["last_dma"] == 0.0
+
+
+@nki.jit
+def three_activations(x):
+    """ScalarE: exp, sigmoid, exp of one VectorE tile; program order loads a table three times."""
+    t = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
+    nisa.memset(t, 1.0, engine=nisa.engine.vector)
+    for op in (nl.exp, nl.sigmoid, nl.exp):
+        nisa.activation(dst=nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf), op=op, data=t)
+    return x
+
+
+def test_scalare_pays_one_table_load_per_table_in_any_order():
+    c = nkicpu.capture(three_activations)(rand((128, 512), F32))
+    fill, *acts = c.instructions
+    modeled = _modeled(c)
+    for band in costs.BANDS:
+        ins_us = sum(costs.engine_us(i, band) for i in acts)
+        (got,) = lower_bounds(c, band)
+        if band == costs.LIKELY:          # exp and sigmoid once each; program order pays 3 loads
+            assert got["engine"] == pytest.approx(ins_us + 2 * costs.ACT_TABLE_SWITCH_US)
+            assert modeled[band] >= ins_us + 3 * costs.ACT_TABLE_SWITCH_US
+        else:                             # no table loads: the fill, then the three in a row
+            assert got["engine"] == pytest.approx(costs.engine_us(fill, band) + ins_us)
+        assert got["floor"] == got["engine"] <= modeled[band]
+
+
+@nki.jit
+def software_dge_loads(x, n):
+    """n loads whose descriptors GpSimd writes (dge_mode=swdge), no compute."""
+    for _ in range(n):
+        nisa.dma_copy(dst=nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf), src=x, dge_mode=nisa.dge_mode.swdge)
+    return x
+
+
+@pytest.mark.parametrize("band", costs.BANDS)
+def test_software_dge_descriptors_come_before_their_dma_and_busy_gpsimd(band):
+    n, x = 12, rand((128, 64), F32)
+    c = nkicpu.capture(software_dge_loads)(x, n)
+    t = costs.transfer(c.instructions[0], band)
+    (got,) = lower_bounds(c, band)
+    assert got["engine"] == pytest.approx(n * costs.SWDGE_GPSIMD_US)
+    assert got["chain"] == pytest.approx(costs.SWDGE_GPSIMD_US + t.latency_us + t.work_bytes / t.max_bytes_per_us)
+    assert got["floor"] <= _modeled(c)[band]
+
+
+@pytest.mark.parametrize("cores", [1, 2])
+def test_the_floor_is_never_above_the_modeled_time(cores):
+    """A stage kernel and the fused kernel at a tiny shape, on one core and two, both estimates."""
+    from kernels.configs import GDNShape, model_shard
+    from kernels.gdn_block import gdn_block_tkg
+    from kernels.reference import make_inputs, pipeline_inputs
+    from kernels.registry import BY_NAME
+    shape = model_shard("Qwen3.5-0.8B", 8).with_batch(1)
+    stage = BY_NAME["gated_delta_rule"]
+    tiny = make_inputs(GDNShape(B=2, H=128, nk=2, nv=4, dk=32, dv=32, K=4, name="tiny"), seed=1)
+    captures = [nkicpu.capture(gdn_block_tkg[cores] if cores > 1 else gdn_block_tkg)(*tiny.values())]
+    if cores == 1:
+        captures.append(nkicpu.capture(stage.load_kernel())(*stage.arguments(shape, pipeline_inputs(shape))))
+    for c in captures:
+        modeled = _modeled(c)
+        for band in costs.BANDS:
+            bounds = lower_bounds(c, band)
+            assert len(bounds) == cores
+            for b in bounds:
+                assert set(b) == set(BOUNDS) | {"floor"}
+                assert b["floor"] == max(b[k] for k in BOUNDS) <= modeled[band]
+                assert b["floor"] > 0.5 * modeled[band]        # not vacuous
