@@ -60,7 +60,7 @@ def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurren
             recurrent_state is then not read (None is fine).
         store (bool): False leaves the new state in the returned ring only (new_state may be
             None): a later call continues from it without a round trip through HBM.
-        first (dict): optional, this call's entry of `prepare_tokens`: its first chunk of pairs
+        first (dict): optional, this call's entry of `prepare_gates` / `prepare_qk`: its first chunk of pairs
             prepared ahead (with the constants it read); ones is then ignored.
 
     Returns:
@@ -170,32 +170,49 @@ def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurren
     return ring
 
 
-def prepare_tokens(tokens, A_log, dt_bias, ones, o_dtype):
-    """The first chunk of pairs of T calls of gated_delta_rule_block (one per token of the same
-    sequences), prepared before any of them runs: l2norm(q, k), k . q and the gates of a token
-    do not depend on the token before, so that only the state update is left between two tokens.
-
-    Step by step over the tokens: each ScalarE function runs over every token with one table
-    load, not one per token; the PSUM sums a chunk keeps (k . q, the gates' inputs) are copied to
-    SBUF, so that T tokens do not hold T banks.
+def prepare_gates(ab, A_log, dt_bias, ones, o_dtype):
+    """The gates of the first chunk of pairs of T calls of gated_delta_rule_block (one per token
+    of the same sequences), before any of them runs: they read only a, b and the head
+    parameters, so that a caller can issue them as soon as a and b are projected. A function
+    over every token at a time (one ScalarE table load per function, not one per token), the
+    gates' PSUM inputs copied to SBUF (T tokens do not hold T banks). Finish with prepare_qk.
 
     Args:
-        tokens (list): per token, (q, k, v, a, b) as gated_delta_rule_block takes them.
+        ab (list): per token, (a, b) [nv, B] @ SBUF, as gated_delta_rule_block takes them.
         A_log, dt_bias (nl.ndarray): [nv, 1] @ SBUF, fp32.
         ones (nl.ndarray): fold_ones(dk, dv, nv).
         o_dtype: the dtype of each call's o.
 
     Returns:
-        A list of T dicts: each call's `first`.
+        A list of T dicts: each call's `first` once prepare_qk has run.
     """
     ident = identity()
     hp = head_params(A_log, dt_bias, ones.shape[0])
     firsts = []
-    for t in range(len(tokens)):
-        q, k, v, a, b = tokens[t]
-        firsts.append({"ins": (q, k, v, a, b, hp, o_dtype, ident, ones),
-                       "chunk": {"b0": 0, "bc": pair_steps(q.shape[2], v.shape[1])[0][1]}})
-    for s in range(PREP_STEPS - 1):
+    for t in range(len(ab)):
+        a, b = ab[t]
+        firsts.append({"ins": (None, None, None, a, b, hp, o_dtype, ident, ones),
+                       "chunk": {"b0": 0, "bc": pair_steps(a.shape[1], a.shape[0])[0][1]}})
+    for s in range(PREP_QK, PREP_STEPS - 1):
+        for t in range(len(firsts)):
+            c = firsts[t]["chunk"]
+            _prepare_step(c, firsts[t]["ins"], s)
+            if s == PREP_QK + 1:
+                c["ab"] = _to_sbuf(c["ab"], "ab_sb")
+    for i in range(2):                                    # the last gate step, a function at a time
+        for t in range(len(firsts)):
+            gate_function(firsts[t]["chunk"], i)
+    return firsts
+
+
+def prepare_qk(firsts, qkv):
+    """The rest of prepare_gates' chunks: l2norm(q, k) and k . q of each token, (q, k, v) per
+    token in `qkv`, a step over every token at a time (each step's PSUM sums read, or copied to
+    SBUF, before the next token's), so that only the state update is left between two tokens."""
+    for t in range(len(firsts)):
+        q, k, v = qkv[t]
+        firsts[t]["ins"] = (q, k, v) + firsts[t]["ins"][3:]
+    for s in range(PREP_QK):
         if s == 2:
             continue                                      # with step 1 (its PSUM sums' reader)
         for t in range(len(firsts)):
@@ -205,17 +222,11 @@ def prepare_tokens(tokens, A_log, dt_bias, ones, o_dtype):
                 _prepare_step(c, firsts[t]["ins"], 2)
             elif s == 5:
                 c["kq"] = _to_sbuf(c["kq"], "kq_sb")
-            elif s == PREP_QK + 1:
-                c["ab"] = _to_sbuf(c["ab"], "ab_sb")
-    for i in range(2):                                    # the last gate step, a function at a time
-        for t in range(len(firsts)):
-            gate_function(firsts[t]["chunk"], i)
-    return firsts
 
 
 def first_chunk_pairs(B, nv):
-    """The (batch, head) pairs of a [B, nv] block's first chunk: what prepare_tokens prepares per
-    token."""
+    """The (batch, head) pairs of a [B, nv] block's first chunk: what prepare_gates and prepare_qk
+    prepare per token."""
     return pair_steps(B, nv)[0][1] * nv
 
 
@@ -248,7 +259,7 @@ def _fill_tensor(fill):
 
 
 # SBUF per partition a prepared pair holds until its update: q, k (8 B), the gates (8), k . q (4),
-# v and o (2 each, bf16): what prepare_tokens keeps per pair and token
+# v and o (2 each, bf16): what prepare_gates and prepare_qk keep per pair and token
 PREPARED_PAIR_BYTES = 24
 PREP_QK = 6           # _prepare_step: steps 0 .. 5 build qk and kq, the rest the gates
 PREP_STEPS = PREP_QK + 2 + GATE_STEPS
@@ -281,7 +292,10 @@ def _prepare_step(c, ins, s):
     per update group under the previous chunk, the chains' waits fall between groups instead of
     holding up every engine at once."""
     q, k, v, a, b, hp, o_dtype, ident, ones = ins
-    dv, nv, _ = v.shape
+    nv = a.shape[0]
+    dv = ones.shape[0]
+    if v is not None:         # (the gates' steps need only a, b: prepare_gates)
+        dv = v.shape[0]
     b0, bc = c["b0"], c["bc"]
     consts = {"ones": ones}
     # q and k first: S^T [k, q] needs only them (and ScalarE's square and rsqrt share a table)

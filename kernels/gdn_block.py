@@ -28,7 +28,7 @@ from .conv1d_decode import (conv1d_decode_channels, load_windows, slide_windows,
                             window_chunks)
 from .delta_rule_state import fold_ones
 from .gated_delta_rule import (PREPARED_PAIR_BYTES, first_chunk_pairs, gated_delta_rule_block,
-                               load_head_params, prepare_tokens, ring_holds_state)
+                               load_head_params, prepare_gates, prepare_qk, ring_holds_state)
 from .gqa_repeat import expand_key_heads
 from .gdn_block_checks import MAX_TOKENS, block_dims, check_block_dtypes
 from .in_proj import (BF16_BYTES, MIN_SLICE_RUN_BYTES, column_weight_loads, issue_loads,
@@ -180,11 +180,13 @@ def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
     # T tokens: the state stays in the recurrence's ring between tokens where the ring holds all
     # of it; else it goes through HBM (scratch, unless the caller keeps every token's)
     keep = ring_holds_state(B, nh)
-    passes = 2                # the state's HBM passes: read once, written once, and
+    # The state's HBM passes: read once and written once, plus a round trip between two tokens
+    # where the ring cannot keep it. The verify form's writes after every token are left out: z
+    # last is faster with them too (modeled, Qwen3-Next-80B TP4, B = 1, T = 4: 60.0 us best
+    # against 67.7 with z first; the same at B = 8, where z goes first either way).
+    passes = 2
     if not keep:
-        passes = 2 * T        # a round trip between two tokens
-    elif verify:
-        passes = 1 + T        # or a write after every token
+        passes = 2 * T
     # place_z: project z after the recurrence when the state stream is under half its weights,
     # so that they fill the DMA queues while the delta rule computes.
     z_last = place_z and 2 * (passes * B * nh * dk * dv * 4) < H * nh * dv * 2
@@ -239,6 +241,15 @@ def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
             loaded.append(load_windows(conv_weight, conv_state, c0, dst.shape[0], dst.shape[1], T))
     a = _heads_of(_projected((nv, N), hidden_T, W_in_a, "a", wq), h0, nh, "a_heads")
     b = _heads_of(_projected((nv, N), hidden_T, W_in_b, "b", wq), h0, nh, "b_heads")
+    # T tokens: each token's first chunk of pairs prepared before the first state update (its
+    # gates as soon as a and b are projected, where the head parameters are loaded by then), so
+    # that only the state update is left between two tokens
+    ahead = T > 1 and T * first_chunk_pairs(B, nh) * PREPARED_PAIR_BYTES <= TOKENS_AHEAD_SBUF_BYTES
+    firsts = None
+    ones = None
+    if ahead and first:
+        ones = fold_ones(dk, dv, nh)
+        firsts = _gates_ahead(a, b, A_sb, dt_sb, ones, T)
     if sliced:
         for i in range(2):
             project_columns(qk[:, i], hidden_T, W_in_qkv, col0=i * key_dim + k0 * dk, queue=wq)
@@ -282,7 +293,8 @@ def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
     if not first:
         A_sb, dt_sb = load_head_params(A_log, dt_bias, h0, nh)
     o = nl.ndarray((dv, nh, N), nl.bfloat16, name="o")
-    ones = fold_ones(dk, dv, nh)
+    if ones is None:
+        ones = fold_ones(dk, dv, nh)
     # z_early: the recurrence issues z's weight DMAs after its first state loads, ahead of the
     # state stores that wait for its compute; z's matmuls stay after it.
     z_loads = None
@@ -292,13 +304,13 @@ def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
     if T > 1 and not verify and not keep:
         scratch = nl.ndarray((B, T - 1, nv, dk, dv), nl.float32, buffer=nl.hbm,
                              name="token_states")
-    firsts = None             # every token's gates and l2norm, ahead of the first state update
-    if T > 1 and T * first_chunk_pairs(B, nh) * PREPARED_PAIR_BYTES <= TOKENS_AHEAD_SBUF_BYTES:
-        tokens = []
+    if ahead and firsts is None:
+        firsts = _gates_ahead(a, b, A_sb, dt_sb, ones, T)
+    if firsts is not None:    # l2norm(q, k) and k . q of every token, ahead of the first update
+        qkv = []
         for t in range(T):
-            tokens.append((_token(q, t, T), _token(k, t, T), _token(v_c, t, T), _token(a, t, T),
-                           _token(b, t, T)))
-        firsts = prepare_tokens(tokens, A_sb, dt_sb, ones, o.dtype)
+            qkv.append((_token(q, t, T), _token(k, t, T), _token(v_c, t, T)))
+        prepare_qk(firsts, qkv)
     src = recurrent_state
     ring = None
     for t in range(T):        # token by token; token t starts from the state token t - 1 left
@@ -336,6 +348,14 @@ def _kept(ring, keep):
     if keep:
         return ring
     return None
+
+
+def _gates_ahead(a, b, A_sb, dt_sb, ones, T):
+    """prepare_gates on each token's a and b columns."""
+    ab = []
+    for t in range(T):
+        ab.append((_token(a, t, T), _token(b, t, T)))
+    return prepare_gates(ab, A_sb, dt_sb, ones, nl.bfloat16)
 
 
 def _first(firsts, t):
