@@ -104,9 +104,10 @@ FIELDS = {
     "best_us": "modeled kernel time, the BEST estimate (documented peak figures), microseconds; "
                "roofline_us <= best_us <= modeled_us",
     "modeled_us_per_token": "modeled_us / (B x T): the likely time per token, microseconds (trn2 cost model)",
-    "modeled_over_T1": "a T > 1 row: modeled_us over the same variant's T = 1 row at this config and B; T "
-                       "single-token launches take T times that row, so per token this launch costs "
-                       "modeled_over_T1 / T of them; null at T = 1 or without an ok T = 1 row",
+    "modeled_over_T1": "a T > 1 row: modeled_us over the same variant's T = 1 row at this config and B; the "
+                       "same B x T tokens as T single-token launches take T times that row, so per token "
+                       "this launch costs modeled_over_T1 / T of them; null at T = 1 or without an ok "
+                       "T = 1 row",
     "launch_us": "modeled standalone launch preamble + epilogue, microseconds, times the launches; not in "
                  "modeled_us or best_us",
     "roofline_us": "HBM roofline of the kernel's own bytes: (read + written) / (lnc x HBM_ROOFLINE_GBPS), "
@@ -224,7 +225,7 @@ def parse_args(argv):
 
 
 def plan(args):
-    """[(shape, B, T, variants)] in run order: every config and batch at T = 1 with every
+    """[(shape at its batch, T, variants)] in run order: every config and batch at T = 1 with every
     variant, and at each T > 1 of args.tokens (at args.token_batches) with the variants that
     take T tokens."""
     runs = []
@@ -235,7 +236,7 @@ def plan(args):
                     continue
                 variants = [v for v in args.variants if v.max_tokens >= T]
                 if variants:
-                    runs.append((shape.with_batch(B), B, T, variants))
+                    runs.append((shape.with_batch(B), T, variants))
     return runs
 
 
@@ -311,7 +312,8 @@ def run_row(variant, shape, inputs):
     row = _row_base(variant, shape, T)
     row.update(
         label=profs[0].label, status="ok", launches=len(profs),
-        modeled_us=total, modeled_us_per_token=total / (shape.B * T), modeled_over_T1=None, best_us=sum(p.best_us for p in profs), launch_us=sum(p.launch_us for p in profs),
+        modeled_us=total, modeled_us_per_token=total / (shape.B * T), modeled_over_T1=None,
+        best_us=sum(p.best_us for p in profs), launch_us=sum(p.launch_us for p in profs),
         roofline_us=roofline, modeled_over_roofline=total / roofline if roofline else None,
         hbm_read_bytes=sum(p.hbm_read_bytes for p in profs), hbm_write_bytes=sum(p.hbm_write_bytes for p in profs),
         busy_fraction=busy, busiest_lane=max(busy, key=busy.get) if busy else None,
@@ -539,17 +541,17 @@ def main(argv=None):
     rows, runs = [], plan(args)
     start = time.perf_counter()
     print(f"GDN decode sweep, {MODELED}: {len(args.shapes)} configs x {len(args.batches)} batches x "
-          f"{len(args.variants)} variants, T > 1 for {sum(len(v) for _, _, T, v in runs if T > 1)} "
+          f"{len(args.variants)} variants, T > 1 for {sum(len(v) for _, T, v in runs if T > 1)} "
           f"more rows -> {json_path}")
     print(HEADER, flush=True)
-    for s, B, T, variants in runs:
+    for s, T, variants in runs:
         try:
             inputs = pipeline_inputs(s) if T == 1 else token_inputs(s, T)
             input_error = None
         except Exception as exc:  # every row of this (config, B, T) fails with it
             inputs, input_error = None, exc
         for variant in variants:
-            print(f"{s.name:<24}{B:>4}{T:>3}  {variant.name:<18}", end="", flush=True)
+            print(f"{s.name:<24}{s.B:>4}{T:>3}  {variant.name:<18}", end="", flush=True)
             row = (failed_row(variant, s, input_error, T=T) if input_error is not None
                    else run_row(variant, s, inputs))
             over_single_tokens(row, rows)
@@ -563,9 +565,11 @@ def main(argv=None):
     total = time.perf_counter() - start
     meta.update(complete=True, total_wall_s=total, rows_total=len(rows), rows_failed=len(failed))
     write_json(json_path, meta, rows)
+    png_path = png_path if any(r["T"] == 1 for r in rows) else None
     tokens_path = args.out / TOKENS_PLOT_NAME if any(r["T"] > 1 for r in rows) else None
     try:
-        plot(rows, png_path)
+        if png_path:
+            plot(rows, png_path)
         if tokens_path:
             plot_tokens(rows, tokens_path)
         plot_error = None
@@ -577,12 +581,12 @@ def main(argv=None):
         timed = [r for r in rows if r["variant"] == variant.name and r["cpu_model_wall_s"] is not None]
         if timed:
             r = max(timed, key=lambda r: r["cpu_model_wall_s"])
-            print(f"  {variant.name:<18}{r['cpu_model_wall_s']:7.2f} s  ({r['config']}, B={r['B']})")
+            print(f"  {variant.name:<18}{r['cpu_model_wall_s']:7.2f} s  ({r['config']}, B={r['B']}, T={r['T']})")
     if tokens_path:
         print("\n" + token_table(rows))
     print(f"wrote {json_path}")
-    print(f"wrote {png_path}" + (f" and {tokens_path}" if tokens_path else "")
-          if plot_error is None else f"plot FAILED: {plot_error}")
+    written = [str(p) for p in (png_path, tokens_path) if p]
+    print(f"wrote {' and '.join(written)}" if plot_error is None else f"plot FAILED: {plot_error}")
     if failed:
         print(f"{len(failed)} row(s) FAILED (errors recorded in {json_path})", file=sys.stderr)
     return 1 if failed or plot_error else 0

@@ -193,7 +193,7 @@ def test_the_T_axis_runs_where_configs_say():
     args = sweep.parse_args([])
     assert args.tokens == list(SWEEP_TOKENS) and args.token_batches == list(SWEEP_TOKEN_BATCHES)
     assert max(SWEEP_TOKENS) <= MAX_TOKENS
-    runs = [(s.name, B, T, [v.name for v in vs]) for s, B, T, vs in sweep.plan(args)]
+    runs = [(s.name, s.B, T, [v.name for v in vs]) for s, T, vs in sweep.plan(args)]
     want = []
     for shape in SWEEP_SHARDS:
         for B in SWEEP_BATCHES:
@@ -202,7 +202,7 @@ def test_the_T_axis_runs_where_configs_say():
                 want += [(shape.name, B, T, ["10_queue_roles", "verify"]) for T in SWEEP_TOKENS[1:]]
     assert runs == want
     args = sweep.parse_args(["--stages", "in_proj,verify", "--batches", "64", "--tokens", "1,4"])
-    assert [(B, T, [v.name for v in vs]) for _, B, T, vs in sweep.plan(args)][:2] == \
+    assert [(s.B, T, [v.name for v in vs]) for s, T, vs in sweep.plan(args)][:2] == \
         [(64, 1, ["in_proj", "verify"]), (64, 4, ["verify"])]
 
 
