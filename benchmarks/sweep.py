@@ -33,8 +33,8 @@ Writes, in --out (default benchmarks/results/, git-ignored):
                  after every row, so an interrupted sweep leaves the rows it finished
     sweep.png    the T = 1 rows: modeled band (best .. likely) vs B per variant (log-log), the HBM
                  roofline dashed
-    sweep_tokens.png  when there are T > 1 rows: modeled band per token vs T per token-taking
-                 variant, a line per (config, B)
+    sweep_tokens.png  when there are T > 1 rows: modeled time per token vs T, a panel per config,
+                 a line per (variant, B)
 
 A row that fails is recorded with its error (status "error") and the sweep goes on; the exit
 status is 1 if any row failed. The sweep always uses nkicpu (the cost model needs its instruction
@@ -441,33 +441,37 @@ def plot(rows, path):
 
 
 def plot_tokens(rows, path):
-    """One log-log panel per variant that ran at T > 1: the modeled band per token
-    (modeled_us / (B x T), shaded from best to likely, likely solid) vs T, a line per (config, B),
-    the block's HBM roofline per token dotted; a flat line would be the cost per token of T
-    single-token launches."""
+    """One log-log panel per config that ran at T > 1: the modeled time per token
+    (modeled_us / (B x T)) vs T, a line per (variant, B) that ran at T > 1 (colour: B; solid: the
+    first such variant, dashed: the next), shaded from best to likely; a flat line would cost as
+    much per token as T single-token launches."""
     from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
     from matplotlib.ticker import FormatStrFormatter, LogLocator, NullLocator
 
-    variants = list(dict.fromkeys(r["variant"] for r in rows if r["T"] > 1))
-    fig = Figure(figsize=(5.6 * len(variants), 4.4), layout="constrained")
-    axes = fig.subplots(1, len(variants), squeeze=False).ravel()
-    for ax, variant in zip(axes, variants):
-        mine = [r for r in rows if r["variant"] == variant and r["status"] == "ok"]
-        lines = list(dict.fromkeys((r["config"], r["B"]) for r in mine))
-        for i, (config, B) in enumerate(lines):
-            ok = sorted((r for r in mine if (r["config"], r["B"]) == (config, B)), key=lambda r: r["T"])
+    ran = list(dict.fromkeys((r["config"], r["variant"], r["B"]) for r in rows if r["T"] > 1))
+    configs = list(dict.fromkeys(c for c, _, _ in ran))
+    variants = list(dict.fromkeys(v for _, v, _ in ran))
+    colors = {B: f"C{i}" for i, B in enumerate(sorted({B for _, _, B in ran}))}
+    styles = dict(zip(variants, ("-", "--", "-.", ":")))
+    ncols = min(3, len(configs))
+    nrows = -(-len(configs) // ncols)
+    fig = Figure(figsize=(max(5.2 * ncols, 7.0), 4.0 * nrows + 0.8), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+    for ax, config in zip(axes, configs):
+        tokens = set()
+        for _, variant, B in (k for k in ran if k[0] == config):
+            ok = sorted((r for r in rows if (r["config"], r["variant"], r["B"]) == (config, variant, B)
+                         and r["status"] == "ok"), key=lambda r: r["T"])
             ts = [r["T"] for r in ok]
-            per = [r["B"] * r["T"] for r in ok]
-            ax.fill_between(ts, [r["best_us"] / n for r, n in zip(ok, per)],
-                            [r["modeled_us_per_token"] for r in ok], color=f"C{i}", alpha=0.2, linewidth=0)
-            ax.plot(ts, [r["modeled_us_per_token"] for r in ok], "o-", color=f"C{i}", label=f"{config}, B={B}")
-            if ok[0]["block_roofline_us"] is not None:
-                ax.plot(ts, [r["block_roofline_us"] / n for r, n in zip(ok, per)], ":", color=f"C{i}", alpha=0.7)
-        tokens = sorted({r["T"] for r in mine})
-        ax.set_title(variant)
+            tokens.update(ts)
+            ax.fill_between(ts, [r["best_us"] / (r["B"] * r["T"]) for r in ok],
+                            [r["modeled_us_per_token"] for r in ok], color=colors[B], alpha=0.12, linewidth=0)
+            ax.plot(ts, [r["modeled_us_per_token"] for r in ok], marker="o", ls=styles[variant], color=colors[B])
+        ax.set_title(config)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ax.set_xticks(tokens, [str(t) for t in tokens])
+        ax.set_xticks(sorted(tokens), [str(t) for t in sorted(tokens)])
         ax.xaxis.set_minor_locator(NullLocator())
         ax.yaxis.set_major_locator(LogLocator(subs=(1, 2, 5)))
         ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
@@ -475,9 +479,14 @@ def plot_tokens(rows, path):
         ax.set_xlabel("tokens per sequence T")
         ax.set_ylabel("µs per token, modeled (trn2 cost model)")
         ax.grid(True, which="major", alpha=0.3)
-        ax.legend(frameon=False, fontsize="small")
-    fig.suptitle("T tokens per sequence in one launch: time per token as a band (best .. likely),\n"
-                 "modeled (trn2 cost model); the block's HBM roofline per token dotted")
+    for ax in axes[len(configs):]:
+        ax.axis("off")
+    handles = [Line2D([], [], color=c, marker="o") for c in colors.values()]
+    handles += [Line2D([], [], color="gray", ls=styles[v]) for v in variants]
+    labels = [f"B = {B}" for B in colors] + list(variants)
+    fig.legend(handles, labels, loc="outside lower center", ncols=len(labels), frameon=False)
+    fig.suptitle("T tokens per sequence in one launch: time per token,\n"
+                 "likely (line) and best .. likely (shaded), modeled (trn2 cost model)")
     fig.savefig(path, dpi=110)
 
 
@@ -498,14 +507,14 @@ def over_single_tokens(row, rows):
 
 
 def token_table(rows):
-    """The rows of the variants that ran at T > 1, per token: the likely time, per token, over
-    the T = 1 launch and over T single-token launches (all modeled)."""
-    variants = {r["variant"] for r in rows if r["T"] > 1}
+    """The rows of each (variant, config, B) that ran at T > 1, per token: the likely time, per
+    token, over the T = 1 launch and over T single-token launches (all modeled)."""
+    ran = {(r["variant"], r["config"], r["B"]) for r in rows if r["T"] > 1}
     lines = [f"per token, {MODELED}:",
              f"{'config':<24}{'B':>4}  {'variant':<16}{'T':>3}{'modeled_us':>11}{'us/token':>10}"
              f"{'x T=1':>8}{'x T launches':>14}"]
     for r in sorted(rows, key=lambda r: (r["config"], r["B"], r["variant"], r["T"])):
-        if r["variant"] in variants and r["status"] == "ok":
+        if (r["variant"], r["config"], r["B"]) in ran and r["status"] == "ok":
             over = r["modeled_over_T1"]
             ratios = (f"{over:.2f}", f"{over / r['T']:.2f}") if over else ("-", "-")
             lines.append(f"{r['config']:<24}{r['B']:>4}  {r['variant']:<16}{r['T']:>3}{r['modeled_us']:11.2f}"

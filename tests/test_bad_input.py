@@ -4,9 +4,9 @@ Each class of bad argument a new user passes (a float64 or int64 array, None, a 
 list, an empty dim, a conv window out of range, conv_weight with too many rows, a batch that
 disagrees across arguments) is tried on every entry of kernels.registry it applies to: the five
 stage kernels, gdn_tkg, the composition steps (the fused gdn_block_tkg and its LNC=2 launch
-among them) and the verify form. The error names the argument, what was expected and the value; the caller's arrays
-are bit-identical afterwards. Then the fused block's own contract, case by case
-(kernels/gdn_block_checks.py), for every step and the torch reference.
+among them) and the verify form. The error names the argument, what was expected and the value;
+the caller's arrays are bit-identical afterwards. Then the fused block's own contract, case by
+case (kernels/gdn_block_checks.py), for every step and the torch reference.
 """
 import inspect
 import re

@@ -88,8 +88,8 @@ def test_band_at_or_above_roofline_and_labelled_modeled(quick_run):
 def test_every_step_at_or_above_the_block_roofline_and_floor(quick_run):
     """A whole block's row (a composition step, the verify form) holds the block's minimal bytes
     and their roofline and likely floor on its cores (at T = 2, the T-token block's), as computed
-    by hand from the shape; no step moves fewer bytes or beats either. Step 5 moves exactly the block's bytes, so its two rooflines
-    agree; a stage and gdn_tkg have no block figures."""
+    by hand from the shape; no step moves fewer bytes or beats either. Step 5 moves exactly the
+    block's bytes, so its two rooflines agree; a stage and gdn_tkg have no block figures."""
     rows = {r["variant"]: r for r in quick_run[2]["rows"]}
     for r in quick_run[2]["rows"]:
         name, T = r["variant"], r["T"]

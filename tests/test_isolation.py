@@ -8,8 +8,8 @@ norm_weight[j] is shared by every head's column j, so it may reach column j of e
 For every registry entry (the stages, gdn_tkg, the composition steps, LNC=2 included, and the
 verify form) each case plants one non-finite value kind into one sequence row, head or column of
 one input, runs the kernel and requires everything outside that row, head or column to be
-bit-identical to the clean run. Tiny shape: every entry, every kind; real shards (kernels.configs.TEST_SHARDS): the
-stage-4 kernel and the fused entries.
+bit-identical to the clean run. Tiny shape: every entry, every kind; real shards
+(kernels.configs.TEST_SHARDS): the stage-4 kernel and the fused entries.
 """
 import numpy as np
 import pytest
