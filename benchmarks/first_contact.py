@@ -107,9 +107,10 @@ def kernel_step(args, name):
 
 
 def sweep_step(args):
-    """(command, environment) of the modeled band of every kernel: the sweep on the CPU model."""
+    """(command, environment) of the modeled band of every kernel: the sweep on the CPU model, at
+    one token per sequence as the kernels run here (`pipeline_inputs`)."""
     command = [sys.executable, "-m", "benchmarks.sweep", "--stages", ",".join(args.kernels),
-               "--configs", args.config, "--batches", str(args.batch),
+               "--configs", args.config, "--batches", str(args.batch), "--tokens", "1",
                "--out", str(args.out / "modeled")]
     return command, {**os.environ, "NKICPU": "1"}
 

@@ -1,28 +1,40 @@
 """Sweep the GDN decode kernels over real per-device configurations and batch sizes.
 
     python -m benchmarks.sweep                      # the full sweep (a few minutes on 2 cores)
-    python -m benchmarks.sweep --quick              # one small shard, B = 1 and 8
+    python -m benchmarks.sweep --quick              # one small shard, B = 1 and 8, T = 1 and 2
     python -m benchmarks.sweep --stages in_proj,gated_delta_rule --configs Qwen3-Next-80B-TP4 --batches 1,64
+    python -m benchmarks.sweep --stages 10_queue_roles,verify --configs Qwen3-Next-80B-TP4 --batches 1 --tokens 1,2,4,8
 
 For every configuration (`kernels.configs.SWEEP_SHARDS`: Qwen3-Next-80B TP1 and TP4, Qwen3.5-0.8B
 TP1, 9B TP2, 27B TP8, 397B-A17B TP16), batch (`SWEEP_BATCHES`: 1, 8, 32, 64) and kernel variant
-(`kernels.registry.ENTRIES`: the five stages, gdn_tkg and the composition steps) it runs the
-kernel on the CPU model, with the inputs `kernels.reference.pipeline_inputs` draws, schedules
-its instruction record with the trn2 cost model (`nkicpu.profile`) and records one row: the
-shape, the modeled time as a band (best: documented peak figures; likely: calibrated against
+(`kernels.registry.ENTRIES`: the five stages, gdn_tkg, the composition steps and the verify form)
+it runs the kernel on the CPU model, with the inputs `kernels.reference.pipeline_inputs` draws,
+schedules its instruction record with the trn2 cost model (`nkicpu.profile`) and records one row:
+the shape, the modeled time as a band (best: documented peak figures; likely: calibrated against
 public trn2 measurements, `modeled_us`), the standalone launch overhead apart, HBM bytes, the HBM
-roofline of those bytes, for a composition step also the roofline of the block's minimal bytes on
-its cores and the likely estimate's floor under them (`benchmarks.roofline`), busy fraction per
-engine, the instruction count, and the host wall time the CPU model took.
+roofline of those bytes, for a whole block (a composition step, the verify form) also the roofline
+of the block's minimal bytes on its cores and the likely estimate's floor under them
+(`benchmarks.roofline`), busy fraction per engine, the instruction count, and the host wall time
+the CPU model took.
+
+The entries that take several tokens per sequence (`max_tokens` in the registry: the fused
+kernel, step 10, and its verify form) also run with hidden [B, T, H] for every T > 1 of --tokens
+(`SWEEP_TOKENS`: 2, 4, 8, at `SWEEP_TOKEN_BATCHES`: B = 1 and 8, or at --batches when given), on
+`kernels.reference.token_inputs`. Every row says its T and its modeled time per token,
+modeled_us / (B x T); a T > 1 row also its modeled time over the same variant's T = 1 row (T
+single-token launches take T times that).
 
 Every time in the output is MODELED (trn2 cost model), never measured on hardware. The one wall
 time, `cpu_model_wall_s`, is how long this machine took to run the CPU model (functional run +
 scheduling); it says nothing about Trainium.
 
 Writes, in --out (default benchmarks/results/, git-ignored):
-    sweep.json   {"metadata": {...}, "rows": [one record per (config, B, variant)]}; rewritten
+    sweep.json   {"metadata": {...}, "rows": [one record per (config, B, T, variant)]}; rewritten
                  after every row, so an interrupted sweep leaves the rows it finished
-    sweep.png    modeled band (best .. likely) vs B per variant (log-log), the HBM roofline dashed
+    sweep.png    the T = 1 rows: modeled band (best .. likely) vs B per variant (log-log), the HBM
+                 roofline dashed
+    sweep_tokens.png  when there are T > 1 rows: modeled time per token vs T, a panel per config,
+                 a line per (variant, B)
 
 A row that fails is recorded with its error (status "error") and the sweep goes on; the exit
 status is 1 if any row failed. The sweep always uses nkicpu (the cost model needs its instruction
@@ -46,19 +58,20 @@ if __name__ == "__main__":
 
 import kernels  # noqa: E402  (registers nkicpu as `nki`)
 import nkicpu  # noqa: E402
-from kernels.configs import MODELS, SWEEP_BATCHES, SWEEP_SHARDS, model_shard  # noqa: E402
+from kernels.configs import (MODELS, SWEEP_BATCHES, SWEEP_SHARDS, SWEEP_TOKEN_BATCHES,  # noqa: E402
+                             SWEEP_TOKENS, model_shard)
 from nkicpu import costs  # noqa: E402
 from nkicpu.profile import MODELED, profile_capture  # noqa: E402
 
-from kernels.reference import pipeline_inputs  # noqa: E402
-from kernels.registry import BLOCK_ARGS, BY_NAME  # noqa: E402
+from kernels.reference import pipeline_inputs, token_inputs  # noqa: E402
+from kernels.registry import BLOCK_ARGS, BY_NAME, VERIFY_OUTPUTS  # noqa: E402
 
 from .roofline import block_floor_us, block_min_bytes, block_roofline_us  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "benchmarks" / "results"
-JSON_NAME, PLOT_NAME = "sweep.json", "sweep.png"
-QUICK_CONFIG, QUICK_BATCHES = "Qwen3.5-397B-A17B-TP16", (1, 8)
+JSON_NAME, PLOT_NAME, TOKENS_PLOT_NAME = "sweep.json", "sweep.png", "sweep_tokens.png"
+QUICK_CONFIG, QUICK_BATCHES, QUICK_TOKENS = "Qwen3.5-397B-A17B-TP16", (1, 8), (1, 2)
 
 COST_MODEL_SOURCE = (
     "nkicpu/costs.py TABLE: documented trn2 NeuronCore-v3 numbers (Neuron documentation) "
@@ -70,8 +83,8 @@ COST_MODEL_SOURCE = (
 
 # What each row field means; copied into the JSON so that no figure can be mistaken for another.
 FIELDS = {
-    "variant": "kernel variant (kernels.registry): a stage, gdn_tkg, or a composition step "
-               "'<n>_<name>'",
+    "variant": "kernel variant (kernels.registry): a stage, gdn_tkg, a composition step "
+               "'<n>_<name>', or 'verify' (step 10 keeping every token's window and state)",
     "kind": "'stage' or 'composition'",
     "kernel": "module:function of the @nki.jit entry point (of the host function for a multi-launch step)",
     "lnc": "NeuronCores of one launch (kernel[lnc]); the roofline is over all of them",
@@ -81,6 +94,8 @@ FIELDS = {
     "model": "model name (kernels.configs.MODELS)",
     "tp": "tensor-parallel degree the heads are split by",
     "B, H, nk, nv, dk, dv, K": "GDNShape: batch, hidden size, key heads, value heads, head dims, conv window",
+    "T": "tokens per sequence in the launch, hidden [B, T, H]: 1, or for a variant that takes several "
+         "(kernels.registry max_tokens) each of --tokens",
     "G, conv_dim, value_dim": "derived: nv/nk, 2*nk*dk + nv*dv, nv*dv",
     "label": "always 'modeled (trn2 cost model)': no time here is measured on hardware",
     "status": "'ok' or 'error' (then the figures are null and `error` says why)",
@@ -88,13 +103,19 @@ FIELDS = {
                   "microseconds (trn2 cost model)",
     "best_us": "modeled kernel time, the BEST estimate (documented peak figures), microseconds; "
                "roofline_us <= best_us <= modeled_us",
+    "modeled_us_per_token": "modeled_us / (B x T): the likely time per token, microseconds (trn2 cost model)",
+    "modeled_over_T1": "a T > 1 row: modeled_us over the same variant's T = 1 row at this config and B; the "
+                       "same B x T tokens as T single-token launches take T times that row, so per token "
+                       "this launch costs modeled_over_T1 / T of them; null at T = 1 or without an ok "
+                       "T = 1 row",
     "launch_us": "modeled standalone launch preamble + epilogue, microseconds, times the launches; not in "
                  "modeled_us or best_us",
     "roofline_us": "HBM roofline of the kernel's own bytes: (read + written) / (lnc x HBM_ROOFLINE_GBPS), "
                    "microseconds; a kernel that reads a byte twice raises it",
     "modeled_over_roofline": "modeled_us / roofline_us (>= 1; large means latency or engine bound)",
-    "block_min_bytes": "a composition step's row: the block's minimal HBM bytes at this shape, every input, "
-                       "weight and state byte read once and every result byte written once "
+    "block_min_bytes": "a whole block's row (a composition step, verify): the block's minimal HBM bytes at "
+                       "this shape and T, every input, weight and state byte read once and every "
+                       "result byte written once (the verify form: T windows and states) "
                        "(benchmarks.roofline.block_min_bytes); null for a stage and gdn_tkg",
     "block_roofline_us": "block_min_bytes / (lnc x HBM_ROOFLINE_GBPS), microseconds: the HBM roofline of the "
                          "block on the step's cores, the one its ratios are judged against; "
@@ -150,6 +171,11 @@ def batch_sizes(text):
     return [int(b) for b in _csv(text)]
 
 
+def token_counts(text):
+    """'1,2,4,8' -> [1, 2, 4, 8]; argparse names this function in its message for a bad value."""
+    return [int(t) for t in _csv(text)]
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.sweep",
@@ -164,9 +190,14 @@ def parse_args(argv):
                         f"{', '.join(config_id(s) for s in SWEEP_SHARDS)})")
     p.add_argument("--batches", type=batch_sizes, default=None,
                    help=f"comma-separated batch sizes (default: {','.join(map(str, SWEEP_BATCHES))})")
+    p.add_argument("--tokens", type=token_counts, default=None,
+                   help=f"comma-separated tokens per sequence; T > 1 runs only the variants that "
+                        f"take tokens (default: {','.join(map(str, SWEEP_TOKENS))}, T > 1 at "
+                        f"B = {','.join(map(str, SWEEP_TOKEN_BATCHES))} or at --batches when given)")
     p.add_argument("--quick", action="store_true",
-                   help=f"a tiny subset: {QUICK_CONFIG} at B = {','.join(map(str, QUICK_BATCHES))} "
-                        "(--configs / --batches / --stages still override)")
+                   help=f"a tiny subset: {QUICK_CONFIG} at B = {','.join(map(str, QUICK_BATCHES))}, "
+                        f"T = {','.join(map(str, QUICK_TOKENS))} "
+                        "(--configs / --batches / --tokens / --stages still override)")
     args = p.parse_args(argv)
 
     stages = args.stages or list(BY_NAME)
@@ -180,24 +211,48 @@ def parse_args(argv):
         args.shapes = [parse_config(c) for c in configs] if configs else list(SWEEP_SHARDS)
     except ValueError as e:
         p.error(str(e))
-    args.batches = args.batches or list(QUICK_BATCHES if args.quick else SWEEP_BATCHES)
+    # explicit (or --quick) batches hold for every T; by default T > 1 runs at fewer batches
+    default_batches = QUICK_BATCHES if args.quick else None
+    args.token_batches = list(args.batches or default_batches or SWEEP_TOKEN_BATCHES)
+    args.batches = args.batches or list(default_batches or SWEEP_BATCHES)
     if any(b < 1 for b in args.batches):
         p.error(f"--batches: expected positive integers, got {args.batches}")
+    args.tokens = args.tokens or list(QUICK_TOKENS if args.quick else SWEEP_TOKENS)
+    most = max(e.max_tokens for e in BY_NAME.values())
+    if any(not 1 <= t <= most for t in args.tokens):
+        p.error(f"--tokens: expected integers in 1..{most}, got {args.tokens}")
     return args
+
+
+def plan(args):
+    """[(shape at its batch, T, variants)] in run order: every config and batch at T = 1 with every
+    variant, and at each T > 1 of args.tokens (at args.token_batches) with the variants that
+    take T tokens."""
+    runs = []
+    for shape in args.shapes:
+        for B in dict.fromkeys(args.batches + args.token_batches):
+            for T in args.tokens:
+                if B not in (args.batches if T == 1 else args.token_batches):
+                    continue
+                variants = [v for v in args.variants if v.max_tokens >= T]
+                if variants:
+                    runs.append((shape.with_batch(B), T, variants))
+    return runs
 
 
 # --- one row ----------------------------------------------------------------------------------
 
-def _row_base(variant, shape):
+def _row_base(variant, shape, T):
     model, tp = shape.name.rsplit(" TP", 1)
     row = {"variant": variant.name, "kind": variant.kind, "kernel": variant.kernel,
            "launches": len(variant.launches) or 1, "lnc": variant.lnc, "config": shape.name, "model": model, "tp": int(tp)}
     row.update({f: getattr(shape, f) for f in SHAPE_FIELDS})
-    row.update(G=shape.G, conv_dim=shape.conv_dim, value_dim=shape.value_dim, label=MODELED)
+    row.update(T=T, G=shape.G, conv_dim=shape.conv_dim, value_dim=shape.value_dim, label=MODELED)
     block = variant.args == BLOCK_ARGS
-    row.update(block_min_bytes=block_min_bytes(shape) if block else None,
-               block_roofline_us=block_roofline_us(shape, variant.lnc) if block else None,
-               block_floor_us=block_floor_us(shape, variant.lnc) if block else None)
+    verify = variant.outputs == VERIFY_OUTPUTS
+    row.update(block_min_bytes=block_min_bytes(shape, T, verify) if block else None,
+               block_roofline_us=block_roofline_us(shape, variant.lnc, T, verify) if block else None,
+               block_floor_us=block_floor_us(shape, variant.lnc, T, verify) if block else None)
     return row
 
 
@@ -206,9 +261,10 @@ def _error(exc):
             "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])}
 
 
-def failed_row(variant, shape, exc, wall_s=None):
-    row = _row_base(variant, shape)
-    row.update(status="error", modeled_us=None, best_us=None, launch_us=None, roofline_us=None,
+def failed_row(variant, shape, exc, wall_s=None, T=1):
+    row = _row_base(variant, shape, T)
+    row.update(status="error", modeled_us=None, modeled_us_per_token=None, modeled_over_T1=None,
+               best_us=None, launch_us=None, roofline_us=None,
                modeled_over_roofline=None, best_over_block_roofline=None,
                modeled_over_block_roofline=None, modeled_over_block_floor=None, hbm_over_block_min=None,
                hbm_read_bytes=None, hbm_write_bytes=None, busy_fraction=None, busiest_lane=None,
@@ -230,18 +286,20 @@ def _profile(variant, shape, inputs):
 
 
 def run_row(variant, shape, inputs):
-    """Profile `variant` at `shape` on `inputs` (from `kernels.reference.pipeline_inputs`); one JSON-ready record.
+    """Profile `variant` at `shape` on `inputs` (from `kernels.reference.pipeline_inputs`, or
+    `token_inputs` for T tokens per sequence); one JSON-ready record.
 
     A host pipeline (variant.launches) is its launches back to back: their modeled times, bytes and
     instructions add up, each lane's busy fraction is weighted by the launches' times, and launch_us
     counts every launch.
     """
+    T = inputs["hidden"].shape[1]
     t0 = time.perf_counter()
     try:
         parts = [_profile(BY_NAME[name], shape, inputs)
                  for name in variant.launches or (variant.name,)]
     except Exception as exc:  # recorded in the JSON; the sweep goes on
-        return failed_row(variant, shape, exc, wall_s=time.perf_counter() - t0)
+        return failed_row(variant, shape, exc, wall_s=time.perf_counter() - t0, T=T)
     profs = [p for p, _, _, _ in parts]
     total = sum(p.total_us for p in profs)
     busy = {}
@@ -251,10 +309,11 @@ def run_row(variant, shape, inputs):
     busy = {lane: round(frac, 6) for lane, frac in busy.items()}
     roofline = sum(p.roofline_us for p in profs)
     run_s, schedule_s = sum(r for _, _, r, _ in parts), sum(s for _, _, _, s in parts)
-    row = _row_base(variant, shape)
+    row = _row_base(variant, shape, T)
     row.update(
         label=profs[0].label, status="ok", launches=len(profs),
-        modeled_us=total, best_us=sum(p.best_us for p in profs), launch_us=sum(p.launch_us for p in profs),
+        modeled_us=total, modeled_us_per_token=total / (shape.B * T), modeled_over_T1=None,
+        best_us=sum(p.best_us for p in profs), launch_us=sum(p.launch_us for p in profs),
         roofline_us=roofline, modeled_over_roofline=total / roofline if roofline else None,
         hbm_read_bytes=sum(p.hbm_read_bytes for p in profs), hbm_write_bytes=sum(p.hbm_write_bytes for p in profs),
         busy_fraction=busy, busiest_lane=max(busy, key=busy.get) if busy else None,
@@ -308,6 +367,8 @@ def metadata(argv, args):
                  "cpu_count": os.cpu_count()},
         "configs": [config_id(s) for s in args.shapes],
         "batches": list(args.batches),
+        "tokens": list(args.tokens),
+        "token_batches": list(args.token_batches),
         "variants": [v.name for v in args.variants],
         "fields": FIELDS,
     }
@@ -322,12 +383,14 @@ def write_json(path, meta, rows):
 
 def plot(rows, path):
     """One log-log panel per variant: the modeled band vs B per config (shaded from best to likely,
-    likely solid), its HBM roofline dashed, a composition step's block roofline dotted."""
+    likely solid), its HBM roofline dashed, a whole block's roofline dotted. The T = 1 rows only:
+    the T > 1 rows are `plot_tokens`'s."""
     from matplotlib.figure import Figure  # no pyplot: no GUI backend, nothing global
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
     from matplotlib.ticker import NullLocator
 
+    rows = [r for r in rows if r["T"] == 1]
     variants = list(dict.fromkeys(r["variant"] for r in rows))
     configs = list(dict.fromkeys(r["config"] for r in rows))
     batches = sorted({r["B"] for r in rows})
@@ -377,11 +440,86 @@ def plot(rows, path):
     fig.savefig(path, dpi=110)
 
 
+def plot_tokens(rows, path):
+    """One log-log panel per config that ran at T > 1: the modeled time per token
+    (modeled_us / (B x T)) vs T, a line per (variant, B) that ran at T > 1 (colour: B; solid: the
+    first such variant, dashed: the next), shaded from best to likely; a flat line would cost as
+    much per token as T single-token launches."""
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import FormatStrFormatter, LogLocator, NullLocator
+
+    ran = list(dict.fromkeys((r["config"], r["variant"], r["B"]) for r in rows if r["T"] > 1))
+    configs = list(dict.fromkeys(c for c, _, _ in ran))
+    variants = list(dict.fromkeys(v for _, v, _ in ran))
+    colors = {B: f"C{i}" for i, B in enumerate(sorted({B for _, _, B in ran}))}
+    styles = dict(zip(variants, ("-", "--", "-.", ":")))
+    ncols = min(3, len(configs))
+    nrows = -(-len(configs) // ncols)
+    fig = Figure(figsize=(max(5.2 * ncols, 7.0), 4.0 * nrows + 0.8), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+    for ax, config in zip(axes, configs):
+        tokens = set()
+        for _, variant, B in (k for k in ran if k[0] == config):
+            ok = sorted((r for r in rows if (r["config"], r["variant"], r["B"]) == (config, variant, B)
+                         and r["status"] == "ok"), key=lambda r: r["T"])
+            ts = [r["T"] for r in ok]
+            tokens.update(ts)
+            ax.fill_between(ts, [r["best_us"] / (r["B"] * r["T"]) for r in ok],
+                            [r["modeled_us_per_token"] for r in ok], color=colors[B], alpha=0.12, linewidth=0)
+            ax.plot(ts, [r["modeled_us_per_token"] for r in ok], marker="o", ls=styles[variant], color=colors[B])
+        ax.set_title(config)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(sorted(tokens), [str(t) for t in sorted(tokens)])
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.yaxis.set_major_locator(LogLocator(subs=(1, 2, 5)))
+        ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+        ax.yaxis.set_minor_locator(NullLocator())
+        ax.set_xlabel("tokens per sequence T")
+        ax.set_ylabel("µs per token, modeled (trn2 cost model)")
+        ax.grid(True, which="major", alpha=0.3)
+    for ax in axes[len(configs):]:
+        ax.axis("off")
+    handles = [Line2D([], [], color=c, marker="o") for c in colors.values()]
+    handles += [Line2D([], [], color="gray", ls=styles[v]) for v in variants]
+    labels = [f"B = {B}" for B in colors] + list(variants)
+    fig.legend(handles, labels, loc="outside lower center", ncols=len(labels), frameon=False)
+    fig.suptitle("T tokens per sequence in one launch: time per token,\n"
+                 "likely (line) and best .. likely (shaded), modeled (trn2 cost model)")
+    fig.savefig(path, dpi=110)
+
+
 # --- the sweep --------------------------------------------------------------------------------
 
-HEADER = (f"{'config':<24}{'B':>4}  {'variant':<18}{'best_us':>9}{'modeled_us':>11}{'roofline_us':>12}{'ratio':>8}"
+HEADER = (f"{'config':<24}{'B':>4}{'T':>3}  {'variant':<18}{'best_us':>9}{'modeled_us':>11}{'roofline_us':>12}{'ratio':>8}"
           f"{'block':>8}"
           f"{'instr':>7}  {'busiest lane':<20}{'cpu_model_s':>11}")
+
+
+def over_single_tokens(row, rows):
+    """Set a T > 1 row's modeled_over_T1 from the same variant's ok T = 1 row at its config and B
+    among `rows`, if there is one."""
+    key = (row["variant"], row["config"], row["B"])
+    single = [r for r in rows if (r["variant"], r["config"], r["B"]) == key and r["T"] == 1]
+    if row["T"] > 1 and row["status"] == "ok" and single and single[0]["status"] == "ok":
+        row["modeled_over_T1"] = row["modeled_us"] / single[0]["modeled_us"]
+
+
+def token_table(rows):
+    """The rows of each (variant, config, B) that ran at T > 1, per token: the likely time, per
+    token, over the T = 1 launch and over T single-token launches (all modeled)."""
+    ran = {(r["variant"], r["config"], r["B"]) for r in rows if r["T"] > 1}
+    lines = [f"per token, {MODELED}:",
+             f"{'config':<24}{'B':>4}  {'variant':<16}{'T':>3}{'modeled_us':>11}{'us/token':>10}"
+             f"{'x T=1':>8}{'x T launches':>14}"]
+    for r in sorted(rows, key=lambda r: (r["config"], r["B"], r["variant"], r["T"])):
+        if (r["variant"], r["config"], r["B"]) in ran and r["status"] == "ok":
+            over = r["modeled_over_T1"]
+            ratios = (f"{over:.2f}", f"{over / r['T']:.2f}") if over else ("-", "-")
+            lines.append(f"{r['config']:<24}{r['B']:>4}  {r['variant']:<16}{r['T']:>3}{r['modeled_us']:11.2f}"
+                         f"{r['modeled_us_per_token']:10.2f}{ratios[0]:>8}{ratios[1]:>14}")
+    return "\n".join(lines)
 
 
 def _line(row):
@@ -409,35 +547,40 @@ def main(argv=None):
     args.out.mkdir(parents=True, exist_ok=True)
     json_path, png_path = args.out / JSON_NAME, args.out / PLOT_NAME
     meta = metadata(argv, args)
-    rows = []
+    rows, runs = [], plan(args)
     start = time.perf_counter()
     print(f"GDN decode sweep, {MODELED}: {len(args.shapes)} configs x {len(args.batches)} batches x "
-          f"{len(args.variants)} variants -> {json_path}")
+          f"{len(args.variants)} variants, T > 1 for {sum(len(v) for _, T, v in runs if T > 1)} "
+          f"more rows -> {json_path}")
     print(HEADER, flush=True)
-    for shape in args.shapes:
-        for B in args.batches:
-            s = shape.with_batch(B)
-            try:
-                inputs = pipeline_inputs(s)
-                input_error = None
-            except Exception as exc:  # every row of this (config, B) fails with it
-                inputs, input_error = None, exc
-            for variant in args.variants:
-                print(f"{s.name:<24}{B:>4}  {variant.name:<18}", end="", flush=True)
-                row = (failed_row(variant, s, input_error) if input_error is not None
-                       else run_row(variant, s, inputs))
-                print(_line(row), flush=True)
-                rows.append(row)
-                write_json(json_path, {**meta, "complete": False}, rows)
-            del inputs
-            gc.collect()
+    for s, T, variants in runs:
+        try:
+            inputs = pipeline_inputs(s) if T == 1 else token_inputs(s, T)
+            input_error = None
+        except Exception as exc:  # every row of this (config, B, T) fails with it
+            inputs, input_error = None, exc
+        for variant in variants:
+            print(f"{s.name:<24}{s.B:>4}{T:>3}  {variant.name:<18}", end="", flush=True)
+            row = (failed_row(variant, s, input_error, T=T) if input_error is not None
+                   else run_row(variant, s, inputs))
+            over_single_tokens(row, rows)
+            print(_line(row), flush=True)
+            rows.append(row)
+            write_json(json_path, {**meta, "complete": False}, rows)
+        del inputs
+        gc.collect()
 
     failed = [r for r in rows if r["status"] != "ok"]
     total = time.perf_counter() - start
     meta.update(complete=True, total_wall_s=total, rows_total=len(rows), rows_failed=len(failed))
     write_json(json_path, meta, rows)
+    png_path = png_path if any(r["T"] == 1 for r in rows) else None
+    tokens_path = args.out / TOKENS_PLOT_NAME if any(r["T"] > 1 for r in rows) else None
     try:
-        plot(rows, png_path)
+        if png_path:
+            plot(rows, png_path)
+        if tokens_path:
+            plot_tokens(rows, tokens_path)
         plot_error = None
     except Exception as exc:  # the JSON is written; say so and fail at the end
         plot_error = f"{type(exc).__name__}: {exc}"
@@ -447,9 +590,12 @@ def main(argv=None):
         timed = [r for r in rows if r["variant"] == variant.name and r["cpu_model_wall_s"] is not None]
         if timed:
             r = max(timed, key=lambda r: r["cpu_model_wall_s"])
-            print(f"  {variant.name:<18}{r['cpu_model_wall_s']:7.2f} s  ({r['config']}, B={r['B']})")
+            print(f"  {variant.name:<18}{r['cpu_model_wall_s']:7.2f} s  ({r['config']}, B={r['B']}, T={r['T']})")
+    if tokens_path:
+        print("\n" + token_table(rows))
     print(f"wrote {json_path}")
-    print(f"wrote {png_path}" if plot_error is None else f"plot FAILED: {plot_error}")
+    written = [str(p) for p in (png_path, tokens_path) if p]
+    print(f"wrote {' and '.join(written)}" if plot_error is None else f"plot FAILED: {plot_error}")
     if failed:
         print(f"{len(failed)} row(s) FAILED (errors recorded in {json_path})", file=sys.stderr)
     return 1 if failed or plot_error else 0

@@ -82,3 +82,7 @@ SWEEP_SHARDS = [
     model_shard("Qwen3.5-397B-A17B", 16),
 ]
 SWEEP_BATCHES = (1, 8, 32, 64)
+# Tokens per sequence in one launch (speculative decoding's verify step) for the entries that take
+# several, and the batches those T > 1 rows run at; T = 1 runs at every SWEEP_BATCHES.
+SWEEP_TOKENS = (1, 2, 4, 8)
+SWEEP_TOKEN_BATCHES = (1, 8)

@@ -21,8 +21,9 @@ exactly where that chapter's "Dtypes at each point" says, so a kernel that mirro
 accumulation order. Inputs are never modified; new states are returned.
 
 Helpers: `to_torch` / `to_numpy` convert between NumPy (bf16 as `ml_dtypes.bfloat16`) and torch
-without changing a bit, `make_inputs` draws realistic block inputs for a `GDNShape`, and
-`pipeline_inputs` adds every stage's intermediates, computed by the reference.
+without changing a bit, `make_inputs` draws realistic block inputs for a `GDNShape`,
+`token_inputs` the same with T tokens per sequence, and `pipeline_inputs` adds every stage's
+intermediates, computed by the reference.
 """
 import ml_dtypes
 import numpy as np
@@ -31,7 +32,7 @@ import torch.nn.functional as F
 
 from .configs import GDNShape
 from .gdn_block_checks import MAX_TOKENS, block_dims
-from .registry import BLOCK_ARGS
+from .registry import BLOCK_ARGS, BLOCK_OUTPUTS, VERIFY_OUTPUTS
 
 L2NORM_EPS = 1e-6        # l2norm(x) = x * rsqrt(sum(x^2) + eps), on q and k
 RMSNORM_EPS = 1e-6       # config.rms_norm_eps of every Qwen3-Next / Qwen3.5 model
@@ -281,11 +282,12 @@ def to_numpy(t):
     return t.numpy().copy()
 
 
-def block_input_specs(shape: GDNShape):
-    """{name: (shape, NumPy dtype)} of the 11 block inputs, in signature order (`BLOCK_ARGS`)."""
+def block_input_specs(shape: GDNShape, T=1):
+    """{name: (shape, NumPy dtype)} of the 11 block inputs, in signature order (`BLOCK_ARGS`),
+    with T tokens per sequence (hidden [B, T, H])."""
     s, bf16, f32 = shape, ml_dtypes.bfloat16, np.float32
     return {
-        "hidden": ((s.B, 1, s.H), bf16),
+        "hidden": ((s.B, T, s.H), bf16),
         "W_in_qkv": ((s.H, s.conv_dim), bf16),
         "W_in_z": ((s.H, s.value_dim), bf16),
         "W_in_a": ((s.H, s.nv), bf16),
@@ -299,12 +301,16 @@ def block_input_specs(shape: GDNShape):
     }
 
 
-def block_output_specs(shape: GDNShape):
-    """{name: (shape, NumPy dtype)} of the block's 3 results, in return order (`BLOCK_OUTPUTS`):
-    the new states are shaped and typed as the old."""
+def block_output_specs(shape: GDNShape, T=1, verify=False):
+    """{name: (shape, NumPy dtype)} of the block's 3 results for T tokens per sequence, in return
+    order: out [B, T, value_dim] bf16 and the new states shaped and typed as the old
+    (`BLOCK_OUTPUTS`), or with `verify` every token's, [B, T, ...] (`VERIFY_OUTPUTS`)."""
     specs = block_input_specs(shape)
-    return {"out": ((shape.B, 1, shape.value_dim), ml_dtypes.bfloat16),
-            "new_conv_state": specs["conv_state"], "new_recurrent_state": specs["recurrent_state"]}
+    states = [specs["conv_state"], specs["recurrent_state"]]
+    if verify:
+        states = [((shape.B, T) + dims[1:], dtype) for dims, dtype in states]
+    names = [name for name, _ in (VERIFY_OUTPUTS if verify else BLOCK_OUTPUTS)]
+    return dict(zip(names, [((shape.B, T, shape.value_dim), ml_dtypes.bfloat16)] + states))
 
 
 def make_inputs(shape: GDNShape, seed=0, **overrides):
@@ -346,6 +352,15 @@ def make_inputs(shape: GDNShape, seed=0, **overrides):
         value = np.asarray(overrides.get(name, values[name]))
         inputs[name] = np.full(dims, value, dtype) if value.ndim == 0 else value.astype(dtype)
     return inputs
+
+
+def token_inputs(shape: GDNShape, T, seed=0):
+    """`make_inputs(shape, seed)` with hidden [B, T, H] ~ N(0, 1): T tokens per sequence, the
+    verify step's input. The hidden rows come from their own stream (seeded by seed and T), so the
+    other ten inputs are those of make_inputs, whatever T."""
+    rng = np.random.default_rng([seed, T])
+    return make_inputs(shape, seed=seed,
+                       hidden=rng.standard_normal((shape.B, T, shape.H), dtype=np.float32))
 
 
 def pipeline_inputs(shape: GDNShape, seed=0):

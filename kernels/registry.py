@@ -1,20 +1,26 @@
-"""Every kernel the book builds, in one list: the stages, `gdn_tkg` and the composition steps.
+"""Every kernel the book builds, in one list: the stages, `gdn_tkg`, the composition steps and
+the verify form of the last (every token's window and state).
 
 Host code. The sweep, the trn runner, the tests and the book read this list instead of keeping
 their own. An entry names its kernel and its torch reference as "module:function" (imported when
-used, so this module needs neither torch nor a kernel backend), the arguments it takes (names of
+used, so this module needs no torch and loads no kernel), the arguments it takes (names of
 `kernels.reference.pipeline_inputs` entries, or of `GDNShape` fields for the int arguments of
-gqa_repeat), and each output with the accuracy rule it is held to (`kernels.accuracy`).
+gqa_repeat), each output with the accuracy rule it is held to (`kernels.accuracy`), and how many
+tokens per sequence it takes (hidden [B, T, H] with T <= max_tokens).
 """
 import importlib
 from dataclasses import dataclass
 
 from .accuracy import CONV_STATE, EXACT, OUTPUT, STATE
+from .gdn_block_checks import MAX_TOKENS
 
 # The fused kernel's arguments, in signature order.
 BLOCK_ARGS = ("hidden", "W_in_qkv", "W_in_z", "W_in_a", "W_in_b", "conv_weight", "conv_state",
               "A_log", "dt_bias", "norm_weight", "recurrent_state")
 BLOCK_OUTPUTS = (("out", OUTPUT), ("new_conv_state", CONV_STATE), ("new_recurrent_state", STATE))
+# The verify form's: every token's window and state. Past the first token a window's older columns
+# are projections too (rounded by a GEMM over B * T rows), so the windows take the output rule.
+VERIFY_OUTPUTS = (("out", OUTPUT), ("conv_states", OUTPUT), ("recurrent_states", STATE))
 
 
 def _load(target):
@@ -30,9 +36,10 @@ class Entry:
     args: tuple                 # argument names, in order
     outputs: tuple              # ((name, accuracy rule), ...) in return order
     what: str                   # one line: what it is, or what the step changed
-    step: int = None            # composition step number; None for a stage and for gdn_tkg
+    step: int = None            # composition step number; None for a stage, gdn_tkg and verify
     launches: tuple = ()        # a host pipeline: the entries it launches, in order
     lnc: int = 1                # launch grid: kernel[lnc], programs on lnc NeuronCores
+    max_tokens: int = 1         # tokens per sequence it takes: hidden [B, T, H], T <= max_tokens
 
     @property
     def kind(self):
@@ -105,7 +112,12 @@ ENTRIES = _STAGE_ENTRIES + (
           "the small inputs loaded ahead of the weights, the conv windows turned while they "
           "stream"),
     _step(10, "10_queue_roles", "kernels.gdn_block:gdn_block_tkg",
-          "z last: every weight on one queue in TensorE's order, z's matmuls as its chunks land"),
+          "z last: every weight on one queue in TensorE's order, z's matmuls as its chunks land",
+          max_tokens=MAX_TOKENS),
+    Entry("verify", "kernels.gdn_block:gdn_block_tkg_verify",
+          "kernels.reference:gdn_block_tkg_verify_ref", BLOCK_ARGS, VERIFY_OUTPUTS,
+          "step 10 keeping every token's window and state: speculative decoding's verify step",
+          max_tokens=MAX_TOKENS),
 )
 BY_NAME = {e.name: e for e in ENTRIES}
 STEPS = tuple(e for e in ENTRIES if e.step is not None)

@@ -1,8 +1,9 @@
 """The benchmark sweep's machinery, through the CLI's own entry point, on a tiny subset.
 
-One small real shard (Qwen3.5-397B-A17B TP16) at B = 1, every registered variant: the JSON has
-one well-formed row per variant, every row is labelled modeled and its band is in order (HBM
-roofline <= best <= likely), the launch overhead is apart, and the plot is written.
+One small real shard (Qwen3.5-397B-A17B TP16) at B = 1, every registered variant at T = 1 and
+the ones that take tokens at T = 2: the JSON has one well-formed row per (variant, T), every row
+is labelled modeled and its band is in order (HBM roofline <= best <= likely), the launch
+overhead is apart, and both plots are written.
 """
 import dataclasses
 import json
@@ -12,8 +13,10 @@ import pytest
 
 import kernels
 from benchmarks import roofline, sweep
-from kernels.configs import GDNShape, model_shard
-from kernels.registry import BY_NAME, ENTRIES
+from kernels.configs import (SWEEP_BATCHES, SWEEP_SHARDS, SWEEP_TOKEN_BATCHES, SWEEP_TOKENS,
+                             TEST_SHARDS, GDNShape, model_shard)
+from kernels.gdn_block_checks import MAX_TOKENS
+from kernels.registry import BLOCK_ARGS, BY_NAME, ENTRIES, VERIFY_OUTPUTS
 from nkicpu import costs
 from nkicpu.profile import MODELED
 
@@ -22,7 +25,8 @@ pytestmark = pytest.mark.skipif(kernels.NKI_BACKEND != "nkicpu",
 
 ROW_KEYS = {
     "variant", "kind", "kernel", "launches", "lnc", "config", "model", "tp", "B", "H", "nk", "nv", "dk", "dv", "K",
-    "G", "conv_dim", "value_dim", "label", "status", "modeled_us", "best_us", "launch_us", "roofline_us",
+    "T", "G", "conv_dim", "value_dim", "label", "status", "modeled_us", "modeled_us_per_token", "modeled_over_T1",
+    "best_us", "launch_us", "roofline_us",
     "modeled_over_roofline", "hbm_read_bytes", "hbm_write_bytes", "busy_fraction", "busiest_lane",
     "instructions", "peak_sbuf_bytes", "peak_psum_banks", "cpu_model_wall_s", "cpu_model_run_s",
     "cpu_model_schedule_s", "error", "block_min_bytes", "block_roofline_us", "block_floor_us",
@@ -33,15 +37,15 @@ ROW_KEYS = {
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("sweep")
-    code = sweep.main(["--quick", "--batches", "1", "--out", str(out)])
+    code = sweep.main(["--quick", "--batches", "1", "--tokens", "1,2", "--out", str(out)])
     return code, out, json.loads((out / sweep.JSON_NAME).read_text())
 
 
 def test_exit_code_and_outputs(quick_run):
     code, out, _ = quick_run
     assert code == 0
-    png = out / sweep.PLOT_NAME
-    assert png.is_file() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for name in (sweep.PLOT_NAME, sweep.TOKENS_PLOT_NAME):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_metadata(quick_run):
@@ -55,9 +59,12 @@ def test_metadata(quick_run):
     assert meta["cost_model"]["constants"] and all(c["source"] for c in meta["cost_model"]["constants"])
 
 
-def test_one_row_per_variant_with_the_schema(quick_run):
+def test_one_row_per_variant_and_token_count_with_the_schema(quick_run):
+    """Every variant at T = 1, then the two that take tokens at T = 2."""
     rows = quick_run[2]["rows"]
-    assert [r["variant"] for r in rows] == [e.name for e in ENTRIES]
+    assert [(r["variant"], r["T"]) for r in rows] == \
+        [(e.name, 1) for e in ENTRIES] + [("10_queue_roles", 2), ("verify", 2)]
+    assert quick_run[2]["metadata"]["tokens"] == [1, 2]
     for r in rows:
         assert set(r) == ROW_KEYS, r["variant"]
         assert r["status"] == "ok" and r["error"] is None, r["error"]
@@ -79,19 +86,22 @@ def test_band_at_or_above_roofline_and_labelled_modeled(quick_run):
 
 
 def test_every_step_at_or_above_the_block_roofline_and_floor(quick_run):
-    """A composition step's row holds the block's minimal bytes and their roofline and likely floor
-    on its cores; no step moves fewer bytes or beats either. Step 5 moves exactly the block's
-    bytes, so its two rooflines agree; a stage and gdn_tkg have no block figures."""
+    """A whole block's row (a composition step, the verify form) holds the block's minimal bytes
+    and their roofline and likely floor on its cores (at T = 2, the T-token block's), as computed
+    by hand from the shape; no step moves fewer bytes or beats either. Step 5 moves exactly the
+    block's bytes, so its two rooflines agree; a stage and gdn_tkg have no block figures."""
     rows = {r["variant"]: r for r in quick_run[2]["rows"]}
-    for name, r in rows.items():
+    for r in quick_run[2]["rows"]:
+        name, T = r["variant"], r["T"]
         e = BY_NAME[name]
-        if e.step is None:
+        if e.args != BLOCK_ARGS:
             assert all(r[k] is None for k in ROW_KEYS if "block" in k), name
             continue
         s = GDNShape(**{f: r[f] for f in sweep.SHAPE_FIELDS})
-        assert r["block_min_bytes"] == roofline.block_min_bytes(s)
-        assert math.isclose(r["block_roofline_us"], roofline.block_roofline_us(s, e.lnc))
-        assert math.isclose(r["block_floor_us"], roofline.block_floor_us(s, e.lnc))
+        verify = e.outputs == VERIFY_OUTPUTS
+        assert r["block_min_bytes"] == roofline.block_min_bytes(s, T, verify) == hand_block_bytes(s, T, verify)
+        assert math.isclose(r["block_roofline_us"], roofline.block_roofline_us(s, e.lnc, T, verify))
+        assert math.isclose(r["block_floor_us"], roofline.block_floor_us(s, e.lnc, T, verify))
         assert r["hbm_over_block_min"] >= 1 and r["block_roofline_us"] <= r["roofline_us"] + 1e-9, name
         assert r["block_roofline_us"] <= r["best_us"] <= r["modeled_us"] and r["block_floor_us"] <= r["modeled_us"], name
         assert math.isclose(r["best_over_block_roofline"], r["best_us"] / r["block_roofline_us"])
@@ -104,6 +114,45 @@ def test_every_step_at_or_above_the_block_roofline_and_floor(quick_run):
     assert rows["6_lnc2"]["hbm_over_block_min"] > 1 and rows["0_staged"]["hbm_over_block_min"] > 1
     # one key head (the quick shard): both programs need it, so step 7 slices nothing
     assert rows["7_qk_slices"]["hbm_read_bytes"] == rows["6_lnc2"]["hbm_read_bytes"]
+
+
+def hand_block_bytes(s, T, verify):
+    """The block's minimal bytes from the shape: the weights and head parameters once, the
+    incoming window and state once, T hidden and output rows per sequence, and the window and
+    state after the last token (the verify form: after each of the T)."""
+    weights = 2 * s.H * (s.conv_dim + s.value_dim + 2 * s.nv) + 4 * (s.conv_dim * s.K + 2 * s.nv + s.dv)
+    window, state = 2 * s.B * s.conv_dim * s.K, 4 * s.B * s.nv * s.dk * s.dv
+    activations = 2 * s.B * T * (s.H + s.value_dim)
+    return weights + activations + (1 + (T if verify else 1)) * (window + state)
+
+
+@pytest.mark.parametrize("shape", TEST_SHARDS, ids=str)
+def test_block_roofline_of_T_tokens_by_hand(shape):
+    """T = 1 is the one-token block's bytes (the verify form writes the same); T > 1 adds T - 1
+    hidden and output rows per sequence, and for the verify form T - 1 windows and states."""
+    for B in (1, 8):
+        s = shape.with_batch(B)
+        one = roofline.block_min_bytes(s)
+        assert one == roofline.block_min_bytes(s, 1, verify=True) == hand_block_bytes(s, 1, False)
+        for T in (2, MAX_TOKENS):
+            for verify in (False, True):
+                assert roofline.block_min_bytes(s, T, verify) == hand_block_bytes(s, T, verify)
+                assert math.isclose(roofline.block_roofline_us(s, 2, T, verify),
+                                    hand_block_bytes(s, T, verify) / (2 * costs.BYTES_PER_US))
+            assert roofline.block_min_bytes(s, T) - one == (T - 1) * 2 * B * (s.H + s.value_dim)
+
+
+def test_per_token_figures(quick_run):
+    """modeled_us_per_token is modeled_us / (B x T); a T = 2 row's modeled_over_T1 is its time over
+    the same variant's T = 1 row's, and two tokens in one launch cost less than two launches."""
+    rows = {(r["variant"], r["T"]): r for r in quick_run[2]["rows"]}
+    for (name, T), r in rows.items():
+        assert math.isclose(r["modeled_us_per_token"], r["modeled_us"] / (r["B"] * T))
+        if T == 1:
+            assert r["modeled_over_T1"] is None
+        else:
+            assert math.isclose(r["modeled_over_T1"], r["modeled_us"] / rows[name, 1]["modeled_us"])
+            assert 1 < r["modeled_over_T1"] < T, name
 
 
 def test_metadata_lists_each_constant_with_its_band(quick_run):
@@ -130,9 +179,31 @@ def test_bad_arguments_are_rejected():
         sweep.parse_args(["--stages", "nope"])
     with pytest.raises(SystemExit):
         sweep.parse_args(["--configs", "Qwen3-Next-80B-TP3"])
+    for tokens in ("0", f"1,{MAX_TOKENS + 1}"):
+        with pytest.raises(SystemExit):
+            sweep.parse_args(["--tokens", tokens])
     args = sweep.parse_args(["--configs", "qwen3-next-80b tp4,Qwen3.5-27B:TP8", "--batches", "1,64"])
     assert [s.name for s in args.shapes] == ["Qwen3-Next-80B TP4", "Qwen3.5-27B TP8"]
-    assert args.batches == [1, 64]
+    assert args.batches == args.token_batches == [1, 64]
+
+
+def test_the_T_axis_runs_where_configs_say():
+    """By default every batch at T = 1 and SWEEP_TOKENS' T > 1 at SWEEP_TOKEN_BATCHES, only for
+    the variants that take tokens; --batches sets the batches of every T."""
+    args = sweep.parse_args([])
+    assert args.tokens == list(SWEEP_TOKENS) and args.token_batches == list(SWEEP_TOKEN_BATCHES)
+    assert max(SWEEP_TOKENS) <= MAX_TOKENS
+    runs = [(s.name, s.B, T, [v.name for v in vs]) for s, T, vs in sweep.plan(args)]
+    want = []
+    for shape in SWEEP_SHARDS:
+        for B in SWEEP_BATCHES:
+            want.append((shape.name, B, 1, [e.name for e in ENTRIES]))
+            if B in SWEEP_TOKEN_BATCHES:
+                want += [(shape.name, B, T, ["10_queue_roles", "verify"]) for T in SWEEP_TOKENS[1:]]
+    assert runs == want
+    args = sweep.parse_args(["--stages", "in_proj,verify", "--batches", "64", "--tokens", "1,4"])
+    assert [(s.B, T, [v.name for v in vs]) for s, T, vs in sweep.plan(args)][:2] == \
+        [(64, 1, ["in_proj", "verify"]), (64, 4, ["verify"])]
 
 
 def test_host_pipelines_add_up_their_launches(quick_run):

@@ -94,7 +94,7 @@ def test_the_command_lines_on_a_device(tmp_path):
     assert env["NKICPU"] == "0"
     command, env = fc.sweep_step(args)
     assert command == [sys.executable, "-m", "benchmarks.sweep", "--stages", ",".join(fc.KERNELS),
-                       "--configs", "Qwen3.5-0.8B-TP8", "--batches", "1",
+                       "--configs", "Qwen3.5-0.8B-TP8", "--batches", "1", "--tokens", "1",
                        "--out", str(tmp_path / "modeled")]
     assert env["NKICPU"] == "1"
     cpu = fc.parse_args([*SMALL, "--cpu", "--out", str(tmp_path)])

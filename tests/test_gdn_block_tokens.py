@@ -15,7 +15,8 @@ import nki
 from kernels import gdn_block_tkg, gdn_block_tkg_verify
 from kernels.configs import TEST_SHARDS, GDNShape
 from kernels.gdn_block_checks import MAX_TOKENS
-from kernels.reference import gdn_block_tkg_verify_ref, make_inputs, to_numpy, to_torch
+from kernels.reference import (gdn_block_tkg_verify_ref, make_inputs, to_numpy, to_torch,
+                               token_inputs)
 from tests.gdn_testing import (assert_bit_exact, assert_output_close, assert_state_close,
                                run_unmodified, shape_id)
 
@@ -30,14 +31,6 @@ TINY = [            # G 1 .. 4, K 2 .. 4, B 1 and 3
 
 def launch(kernel, lnc):
     return nki.simulate(kernel[lnc] if lnc > 1 else kernel)
-
-
-def token_inputs(shape, T, seed=0):
-    """Block inputs of `shape` with hidden [B, T, H] ~ N(0, 1)."""
-    x = make_inputs(shape, seed=seed)
-    more = make_inputs(shape.with_batch(shape.B * T), seed=seed + 100)["hidden"]
-    x["hidden"] = more.reshape(shape.B, T, shape.H)
-    return x
 
 
 def check_windows(got, want, conv_state):

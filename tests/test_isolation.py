@@ -5,11 +5,11 @@ conv state or recurrent state may ruin its own outputs, never another request's.
 per-head parameter (A_log, dt_bias) may ruin its own head in every sequence, never another head;
 norm_weight[j] is shared by every head's column j, so it may reach column j of every head.
 
-For every registry entry (the stages, gdn_tkg and the composition steps, LNC=2 included) each
-case plants one non-finite value kind into one sequence row, head or column of one input, runs
-the kernel and requires everything outside that row, head or column to be bit-identical to the
-clean run. Tiny shape: every entry, every kind; real shards (kernels.configs.TEST_SHARDS): the
-stage-4 kernel and the fused entries.
+For every registry entry (the stages, gdn_tkg, the composition steps, LNC=2 included, and the
+verify form) each case plants one non-finite value kind into one sequence row, head or column of
+one input, runs the kernel and requires everything outside that row, head or column to be
+bit-identical to the clean run. Tiny shape: every entry, every kind; real shards
+(kernels.configs.TEST_SHARDS): the stage-4 kernel and the fused entries.
 """
 import numpy as np
 import pytest
@@ -46,7 +46,10 @@ def _heads(arr, nv):
 
 
 def _out_heads(arr, shape):
-    """An output as [B, nv, dv] if a row is value heads x dv (out), else _heads."""
+    """An output as [B, nv, dv] if a row is value heads x dv (out), else _heads; the verify
+    form's states [B, T, nv, dk, dv] as one batch row per (sequence, token)."""
+    if arr.ndim == 5:
+        arr = arr.reshape(-1, *arr.shape[2:])
     if arr[0].size == arr.shape[-1] == shape.nv * shape.dv:
         return arr.reshape(arr.shape[0], shape.nv, shape.dv)
     return _heads(arr, shape.nv)

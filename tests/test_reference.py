@@ -34,7 +34,7 @@ from kernels.registry import BLOCK_ARGS
 from kernels.gdn_block_checks import MAX_TOKENS
 from kernels.reference import (conv1d_decode_ref, gated_delta_rule_ref, gdn_block_tkg_ref,
                                gdn_block_tkg_verify_ref, gqa_repeat_ref, in_proj_ref, make_inputs,
-                               rmsnorm_gated_ref, to_numpy, to_torch)
+                               rmsnorm_gated_ref, to_numpy, to_torch, token_inputs)
 
 from tests.gdn_float64 import BF16, bf16, f64, np_block, np_delta_rule, silu
 from tests.gdn_testing import assert_output_close
@@ -305,12 +305,9 @@ def test_large_magnitudes(scale):
 TOKENS = [1, 2, 3, 4, 8]
 
 
-def token_inputs(shape, T):
-    """Torch block inputs of `shape` (seed 0) with hidden [B, T, H] ~ N(0, 1) (seed T)."""
-    x = torch_inputs(make_inputs(shape))
-    gen = torch.Generator().manual_seed(T)
-    x["hidden"] = torch.randn(shape.B, T, shape.H, generator=gen).to(torch.bfloat16)
-    return x
+def torch_token_inputs(shape, T):
+    """Torch block inputs of `shape` with hidden [B, T, H] (`kernels.reference.token_inputs`)."""
+    return torch_inputs(token_inputs(shape, T))
 
 
 def chained(step, x):
@@ -332,7 +329,7 @@ def test_tokens_match_chained_single_steps(shape, T):
     different shapes (one GEMM over B * T rows, windows cut from one sequence), so a bf16 result
     may round to another bf16 value (accumulation order): the block's tolerances, and the output
     rule (kernels.accuracy) for the conv windows; bit-exact where no sum is involved."""
-    x = token_inputs(shape, T)
+    x = torch_token_inputs(shape, T)
     out, conv_states, states = gdn_block_tkg_verify_ref(**x)
     conv_dim = 2 * shape.nk * shape.dk + shape.nv * shape.dv
     assert out.shape == (shape.B, T, shape.nv * shape.dv) and out.dtype == torch.bfloat16
@@ -355,7 +352,7 @@ def test_tokens_match_chained_single_steps(shape, T):
 @pytest.mark.parametrize("shape", TINY, ids=[s.name for s in TINY])
 def test_tokens_match_the_float64_model(shape, T):
     """Against the NumPy model's one-token step chained T times (its own states fed forward)."""
-    x = token_inputs(shape, T)
+    x = torch_token_inputs(shape, T)
     out, _, states = gdn_block_tkg_verify_ref(**x)
 
     def model_step(y):
@@ -384,7 +381,7 @@ def _stage_calls(shape):
         (gated_delta_rule_ref, pick(*DELTA_RULE_ARGS)),
         (rmsnorm_gated_ref, pick("o", "z", "norm_weight")),
         (gdn_block_tkg_ref, pick(*BLOCK_ARGS)),
-        (gdn_block_tkg_verify_ref, [token_inputs(shape, 3)[name] for name in BLOCK_ARGS]),
+        (gdn_block_tkg_verify_ref, [torch_token_inputs(shape, 3)[name] for name in BLOCK_ARGS]),
     ]
 
 

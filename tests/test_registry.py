@@ -1,12 +1,16 @@
 """kernels.registry: every entry loads, takes arguments the pipeline provides, and names as many
-outputs as its reference returns."""
+outputs as its reference returns; an entry that takes T tokens returns the shapes the block's
+specs give for T."""
 import inspect
 
+import numpy as np
 import pytest
 
 from kernels import accuracy, registry
 from kernels.configs import GDNShape
-from kernels.reference import block_input_specs, block_output_specs, gdn_block_tkg_ref, pipeline_inputs, to_torch
+from kernels.gdn_block_checks import MAX_TOKENS
+from kernels.reference import (block_input_specs, block_output_specs, gdn_block_tkg_ref, pipeline_inputs,
+                               to_torch, token_inputs)
 
 SHAPE = GDNShape(B=2, H=128, nk=1, nv=2, dk=16, dv=16, name="tiny")
 
@@ -40,3 +44,27 @@ def test_block_args_are_the_signature_order():
     assert tuple(inspect.signature(gdn_block_tkg_ref).parameters) == registry.BLOCK_ARGS
     assert tuple(block_input_specs(SHAPE)) == registry.BLOCK_ARGS
     assert tuple(block_output_specs(SHAPE)) == tuple(name for name, _ in registry.BLOCK_OUTPUTS)
+    assert tuple(block_output_specs(SHAPE, verify=True)) == tuple(n for n, _ in registry.VERIFY_OUTPUTS)
+
+
+TOKEN_ENTRIES = [e for e in registry.ENTRIES if e.max_tokens > 1]
+
+
+def test_the_fused_kernel_and_its_verify_form_take_tokens():
+    assert [e.name for e in TOKEN_ENTRIES] == ["10_queue_roles", "verify"]
+    assert all(e.max_tokens == MAX_TOKENS and e.args == registry.BLOCK_ARGS for e in TOKEN_ENTRIES)
+    assert registry.BY_NAME["verify"].step is None
+
+
+@pytest.mark.parametrize("entry", TOKEN_ENTRIES, ids=lambda e: e.name)
+@pytest.mark.parametrize("T", (2, MAX_TOKENS))
+def test_token_entry_returns_the_specs_shapes(entry, T):
+    """The reference on T tokens per sequence: the outputs block_output_specs gives for T (the
+    verify form's with every token's states), in the registry's order and dtypes."""
+    x = token_inputs(SHAPE, T)
+    assert x["hidden"].shape == block_input_specs(SHAPE, T)["hidden"][0] == (SHAPE.B, T, SHAPE.H)
+    got = entry.load_reference()(*(to_torch(x[n]) for n in entry.args))
+    specs = block_output_specs(SHAPE, T, verify=entry.outputs == registry.VERIFY_OUTPUTS)
+    assert tuple(specs) == tuple(name for name, _ in entry.outputs)
+    for t, (dims, dtype) in zip(got, specs.values()):
+        assert tuple(t.shape) == dims and str(t.dtype).removeprefix("torch.") == np.dtype(dtype).name

@@ -1,6 +1,6 @@
 """benchmarks.roofline: the block's minimal HBM bytes are the bytes of its inputs and results as
-the reference builds them, the fused single-core kernel (step 5) moves exactly them, and their
-roofline and likely floor divide by the cores' bandwidth."""
+the reference builds them (for T tokens per sequence too), the fused single-core kernel (step 5)
+moves exactly them, and their roofline and likely floor divide by the cores' bandwidth."""
 import math
 
 import pytest
@@ -9,18 +9,23 @@ import kernels
 import nkicpu
 from benchmarks import roofline
 from kernels.configs import TEST_SHARDS, model_shard
-from kernels.reference import gdn_block_tkg_ref, make_inputs, to_torch
+from kernels.reference import gdn_block_tkg_ref, gdn_block_tkg_verify_ref, make_inputs, to_torch, token_inputs
 from kernels.registry import BLOCK_ARGS, BY_NAME
 from nkicpu import costs
 
 
+@pytest.mark.parametrize("T", (1, 3))
 @pytest.mark.parametrize("shape", [s.with_batch(B) for s in TEST_SHARDS for B in (1, 3)], ids=str)
-def test_block_bytes_are_the_arrays_bytes(shape):
-    """Every input read once and every result written once: the arrays the reference takes and returns."""
-    x = make_inputs(shape)
-    results = gdn_block_tkg_ref(*(to_torch(x[n]) for n in BLOCK_ARGS))
-    want = sum(a.nbytes for a in x.values()) + sum(t.numel() * t.element_size() for t in results)
-    assert roofline.block_min_bytes(shape) == want
+def test_block_bytes_are_the_arrays_bytes(shape, T):
+    """Every input read once and every result written once: the arrays the reference takes and
+    returns, for T tokens per sequence (the verify form's results: every token's states)."""
+    x = token_inputs(shape, T)
+    args = [to_torch(x[n]) for n in BLOCK_ARGS]
+    inputs = sum(a.nbytes for a in x.values())
+    for verify, reference in ((False, gdn_block_tkg_ref), (True, gdn_block_tkg_verify_ref)):
+        results = reference(*args)
+        want = inputs + sum(t.numel() * t.element_size() for t in results)
+        assert roofline.block_min_bytes(shape, T, verify) == want
 
 
 @pytest.mark.skipif(kernels.NKI_BACKEND != "nkicpu", reason="the instruction record needs nkicpu (NKICPU=1)")
