@@ -18,6 +18,10 @@ weight chunk, and the conv windows turn while the weights stream (launched as gd
 value heads split between the two NeuronCores of an LNC=2 launch grid, each projecting only its own
 key heads' q | k columns). Steps 3 to 9 are the same body with switches off (kernels/steps.py); the
 composition chapters of the book explain each step.
+
+It also takes T <= MAX_TOKENS tokens per sequence in one launch, speculative decoding's verify step
+(`gdn_block_tkg_verify` keeps every token's window and state): the weights stream once for all of
+them, and only the state update runs token by token.
 """
 import nki
 import nki.isa as nisa
@@ -100,7 +104,8 @@ def gdn_block_tkg(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_st
         - The batch's activations must fit on chip: 2 * B * T * (4 * nk + 5 * nv + H / 128)
           bytes per partition <= ACTIVATION_SBUF_BYTES.
         - T tokens: the weights stream once for all B * T; the conv slides each window T times;
-          the recurrence runs token by token, the state between tokens kept in SBUF where the
+          every token's gates and l2norm are prepared before the first state update; the state
+          update runs token by token, the state between tokens kept in SBUF where the
           recurrence's ring holds all of it (gated_delta_rule.ring_holds_state: up to B = 16
           at Qwen3-Next-80B TP4 and Qwen3.5-27B TP8 on one core, B = 32 on two), else through HBM.
 
