@@ -15,7 +15,7 @@ import pytest
 import kernels
 import nki
 import nkicpu
-from kernels.configs import TEST_SHARDS, GDNShape, model_shard
+from kernels.configs import SWEEP_SHARDS, TEST_SHARDS, GDNShape, model_shard
 from kernels.gdn_block import gdn_block_tkg, gdn_block_tkg_verify
 from kernels.in_proj import MIN_SLICE_RUN_BYTES
 from kernels.steps import (gdn_block_tkg_loads_first, gdn_block_tkg_whole_qk, gdn_block_tkg_z_early,
@@ -73,6 +73,17 @@ def test_fused_matches_reference(shape):
     check(FUSED(*x.values()), x)
 
 
+@pytest.mark.parametrize("lnc", [1, 2])
+@pytest.mark.parametrize("shape", SWEEP_SHARDS, ids=lambda s: s.name.replace(" ", "-"))
+def test_shipped_kernel_at_every_sweep_shard(shape, lnc):
+    """B = 1 at every shard the sweep runs, one core and two: each shard's switches (z last,
+    q | k slices, z's open sums beside the recurrence's PSUM) against the reference. The models
+    chapter found a PSUM overflow at Qwen3-Next-80B TP1 that no test had run into."""
+    x = make_inputs(shape.with_batch(1), seed=5)
+    kernel = gdn_block_tkg[2] if lnc == 2 else gdn_block_tkg
+    check(nki.simulate(kernel)(*x.values()), x)
+
+
 @pytest.mark.parametrize("version", [v for v in VERSIONS if BY_NAME[v].kernel != "kernels.gdn_block:gdn_block_tkg"
                                      or BY_NAME[v].lnc > 1])
 @shapes_param([TINY[2], SHARDS[1], SHARDS[6], SHARDS[11]])
@@ -99,17 +110,26 @@ def test_z_early_moves_only_z_weight_loads(lnc, shape):
     weight DMAs before the first state store, steps 5 and 7 after; the results are the same bit for
     bit."""
     x = make_inputs(shape, seed=2)
-    queued, early = gdn_block_tkg_z_queued, gdn_block_tkg_z_early
-    if lnc == 2:
-        queued, early = queued[2], early[2]
-    before, after = nkicpu.capture(queued)(*x.values()), nkicpu.capture(early)(*x.values())
+    before, after = _captures(gdn_block_tkg_z_queued, gdn_block_tkg_z_early, lnc, x)
     for core in range(lnc):
         z, store = _first_z_load_and_state_store(before, core)
         assert z > store
         z, store = _first_z_load_and_state_store(after, core)
         assert z < store
-    for got, want in zip(after.outputs, before.outputs):
-        assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
+    assert _same_results(after, before)
+
+
+def _captures(older, newer, lnc, x):
+    """The captures of two composition steps on the same inputs, launched on `lnc` cores."""
+    if lnc == 2:
+        older, newer = older[2], newer[2]
+    return nkicpu.capture(older)(*x.values()), nkicpu.capture(newer)(*x.values())
+
+
+def _same_results(a, b):
+    """Whether two captures returned the same results, bit for bit."""
+    return all(np.array_equal(g.view(np.uint8), w.view(np.uint8))
+               for g, w in zip(a.outputs, b.outputs))
 
 
 SMALL_INPUTS = ("conv_weight", "conv_state", "A_log", "dt_bias", "norm_weight")
@@ -121,10 +141,7 @@ def test_loads_first_moves_only_the_small_loads(lnc, shape):
     """Step 9 (gdn_block_tkg_loads_first) issues every DMA reading a small input before the first
     weight DMA on each core, step 8 does not; the results are the same bit for bit."""
     x = make_inputs(shape, seed=16)
-    late, first = gdn_block_tkg_z_early, gdn_block_tkg_loads_first
-    if lnc == 2:
-        late, first = late[2], first[2]
-    before, after = nkicpu.capture(late)(*x.values()), nkicpu.capture(first)(*x.values())
+    before, after = _captures(gdn_block_tkg_z_early, gdn_block_tkg_loads_first, lnc, x)
     names = list(x)
     for c, ahead in ((before, False), (after, True)):
         small = {c.arguments[names.index(n)] for n in SMALL_INPUTS}
@@ -135,9 +152,7 @@ def test_loads_first_moves_only_the_small_loads(lnc, shape):
             last_small = max(k for k, r in enumerate(reads) if r & small)
             first_weight = min(k for k, r in enumerate(reads) if r & weights)
             assert (last_small < first_weight) == ahead, (ahead, core)
-    for got, want in zip(after.outputs, before.outputs):
-        assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
-
+    assert _same_results(after, before)
 
 
 def _weight_dma_queues(c, names, core):
@@ -157,10 +172,7 @@ def test_queue_roles_moves_only_weight_queues_and_z_matmuls(lnc, shape):
     and z's first matmul ahead of the last state store; elsewhere nothing moves. Same
     instructions, same results bit for bit."""
     x = make_inputs(shape, seed=17)
-    nine, ten = gdn_block_tkg_loads_first, gdn_block_tkg
-    if lnc == 2:
-        nine, ten = nine[2], ten[2]
-    before, after = nkicpu.capture(nine)(*x.values()), nkicpu.capture(ten)(*x.values())
+    before, after = _captures(gdn_block_tkg_loads_first, gdn_block_tkg, lnc, x)
     names = list(x)
     w_z = before.arguments[names.index("W_in_z")]
     state = before.arguments[names.index("recurrent_state")]
@@ -175,8 +187,7 @@ def test_queue_roles_moves_only_weight_queues_and_z_matmuls(lnc, shape):
         assert (set(q10) == {"DMA SyncE"}) == z_last
         assert _z_matmul_before_last_store(before, core) == (not z_last)
         assert _z_matmul_before_last_store(after, core)
-    for got, want in zip(after.outputs, before.outputs):
-        assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
+    assert _same_results(after, before)
 
 
 @pytest.mark.parametrize("lnc", [1, 2])
@@ -185,13 +196,9 @@ def test_queue_roles_only_where_z_fits_psum_beside_the_recurrence(lnc):
     which takes up to 6 of the 8, so step 10 keeps step 9's order there: it runs, on one core and
     two, bit for bit step 9's results."""
     x = make_inputs(model_shard("Qwen3-Next-80B", 1, B=1), seed=3)
-    nine, ten = gdn_block_tkg_loads_first, gdn_block_tkg
-    if lnc == 2:
-        nine, ten = nine[2], ten[2]
-    before, after = nkicpu.capture(nine)(*x.values()), nkicpu.capture(ten)(*x.values())
+    before, after = _captures(gdn_block_tkg_loads_first, gdn_block_tkg, lnc, x)
     assert _weight_dma_queues(after, list(x), 0) == _weight_dma_queues(before, list(x), 0)
-    for got, want in zip(after.outputs, before.outputs):
-        assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
+    assert _same_results(after, before)
 
 
 def _z_matmul_before_last_store(c, core):
