@@ -388,7 +388,6 @@ def plot(rows, path):
     from matplotlib.figure import Figure  # no pyplot: no GUI backend, nothing global
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
-    from matplotlib.ticker import NullLocator
 
     rows = [r for r in rows if r["T"] == 1]
     variants = list(dict.fromkeys(r["variant"] for r in rows))
@@ -416,13 +415,7 @@ def plot(rows, path):
         failed = [r for r in rows if r["variant"] == variant and r["status"] != "ok"]
         title = variant + (f"  ({len(failed)} failed rows)" if failed else "")
         ax.set_title(title)
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xticks(batches, [str(b) for b in batches])
-        ax.xaxis.set_minor_locator(NullLocator())
-        ax.set_xlabel("batch B")
-        ax.set_ylabel("µs per call, modeled (trn2 cost model)")
-        ax.grid(True, which="major", alpha=0.3)
+        _log_axes(ax, batches, "batch B", "µs per call, modeled (trn2 cost model)")
     for ax in axes[len(variants):]:
         ax.axis("off")
     handles, labels = axes[0].get_legend_handles_labels()
@@ -438,6 +431,18 @@ def plot(rows, path):
                  "modeled (trn2 cost model); "
                  f"HBM roofline at {costs.HBM_ROOFLINE_GBPS:g} GB/s per NeuronCore")
     fig.savefig(path, dpi=110)
+
+
+def _log_axes(ax, xs, xlabel, ylabel):
+    """A log-log panel (x in powers of 2) with a tick at each of xs and a major grid."""
+    from matplotlib.ticker import NullLocator
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(xs, [str(x) for x in xs])
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, which="major", alpha=0.3)
 
 
 def plot_tokens(rows, path):
@@ -469,16 +474,10 @@ def plot_tokens(rows, path):
                             [r["modeled_us_per_token"] for r in ok], color=colors[B], alpha=0.12, linewidth=0)
             ax.plot(ts, [r["modeled_us_per_token"] for r in ok], marker="o", ls=styles[variant], color=colors[B])
         ax.set_title(config)
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xticks(sorted(tokens), [str(t) for t in sorted(tokens)])
-        ax.xaxis.set_minor_locator(NullLocator())
+        _log_axes(ax, sorted(tokens), "tokens per sequence T", "µs per token, modeled (trn2 cost model)")
         ax.yaxis.set_major_locator(LogLocator(subs=(1, 2, 5)))
         ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
         ax.yaxis.set_minor_locator(NullLocator())
-        ax.set_xlabel("tokens per sequence T")
-        ax.set_ylabel("µs per token, modeled (trn2 cost model)")
-        ax.grid(True, which="major", alpha=0.3)
     for ax in axes[len(configs):]:
         ax.axis("off")
     handles = [Line2D([], [], color=c, marker="o") for c in colors.values()]

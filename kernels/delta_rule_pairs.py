@@ -46,9 +46,9 @@ def move_pairs(ring, hbm, steps, i, load, store_queue=False):
     slot, i % slots; nothing if there is no sub-chunk i. A head slice of a larger state (one
     program of an LNC grid) moves one piece per batch row.
 
-    store_queue: stores on a queue of their own (hardware DGE triggered by SyncE) instead of the
-    queues the compiler fills in turn, so that a load waiting for its slot's store holds up no
-    store, and no store holds up a load or a later DMA."""
+    store_queue: stores on SyncE's hardware-DGE queue instead of the queues the compiler fills in
+    turn: a queue of their own, so that a load waiting for its slot's store holds up no store and
+    no store a load, or behind the DMAs a caller put there first (the fused kernel's weights)."""
     if i < len(steps):
         b0, _, s0, mc = steps[i]
         S = ring[:, i % ring.shape[1]]

@@ -48,9 +48,9 @@ def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurren
         weight_loads (list): optional, another stage's pending weight DMAs, (SBUF tile, HBM
             source, ...) each (in_proj.column_weight_loads): issued after the state's first loads
             and before its first store, so that they do not queue behind the stores.
-        store_queue (bool): the state stores on a DMA queue of their own
-            (delta_rule_pairs.move_pairs); ignored with weight_loads, which must finish ahead of
-            the stores and so share their queues.
+        store_queue (bool): the state stores on SyncE's hardware-DGE queue
+            (delta_rule_pairs.move_pairs), behind whatever the caller put there; ignored with
+            weight_loads, which must finish ahead of the stores and so share their queues.
         fill (dict): optional, another stage's projection opened with in_proj.open_columns, its
             weight DMAs issued: one weight chunk's matmuls go before the first chunk's
             preparation and before each piece of the first sub-chunk's operands, where TensorE

@@ -212,11 +212,15 @@ def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
     hidden_T = load_hidden_T(nl.ndarray((pmax, N, H // pmax), nl.bfloat16, name="hidden_T"),
                              hidden.reshape((N, 1, H)))
     # queue_roles, z last: every weight on SyncE's hardware-DGE queue (wq), in the order TensorE
-    # reads them, z's last, so that z's chunks land one by one in order while the state streams on
-    # the compiler's queues, and z's matmuls go where TensorE waits anyway. z first: nothing moves;
-    # the state stores keep the compiler's queues, which end together there, where a queue of their
-    # own gets one share of the bandwidth and ends last (modeled, trn2 cost model, Qwen3-Next-80B
-    # TP4, B = 32: best 137.5 -> 138.1 us).
+    # reads them, z's last, so that z's chunks land one by one in order while the state loads on
+    # the compiler's queues, and z's matmuls go where TensorE waits anyway; the state stores behind
+    # z's chunks on the same queue, so that no store takes bandwidth from them (modeled, trn2 cost
+    # model, Qwen3.5-27B TP8, B = 1: likely 96.70 -> 95.03 us; Qwen3-Next-80B TP4, B = 1, where the
+    # recurrence ends after z's last byte anyway: best 44.09 -> 44.20). Only the last token's: a
+    # store of the verify form's earlier tokens would hold up the next update. z first: nothing
+    # moves; the state stores keep the compiler's queues, which end together there, where a queue
+    # of their own gets one share of the bandwidth and ends last (Qwen3-Next-80B TP4, B = 32: best
+    # 137.5 -> 138.1 us).
     wq = None
     z_banks = -(-N // pmax) * -(-nh * dv // nl.tile_size.psum_bank_fmax)   # z's sums, if one group
     if queue_roles and z_last and z_banks <= nl.tile_size.psum_num_banks - RECURRENCE_PSUM_BANKS:
@@ -332,7 +336,8 @@ def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
                                       _token(b, t, T), A_sb, dt_sb, src[:, h0:h1], ones=ones,
                                       weight_loads=loads, fill=z_open, ring=_kept(ring, keep),
                                       store=verify or t == T - 1 or not keep,
-                                      first=_first(firsts, t))
+                                      first=_first(firsts, t),
+                                      store_queue=wq is not None and t == T - 1)
         src = dst
     if z_open is not None:        # queue_roles: z's chunks the recurrence left
         sum_columns(z_open, z_open["n_chunks"])
