@@ -33,12 +33,12 @@ def pair_steps(B, nv):
     return sub_chunks(B, nv, SUB_PAIRS)
 
 
-def pair_ring(dk, dv, steps):
+def pair_ring(dk, dv, steps, name="state_ring"):
     """The ring of sub-chunk state buffers: [dk, slots, pairs, dv] fp32 SBUF."""
     m = 0
     for step in steps:
         m = max(m, step[3])
-    return nl.ndarray((dk, min(STATE_BUFFERS, len(steps)), m, dv), nl.float32, name="state_ring")
+    return nl.ndarray((dk, min(STATE_BUFFERS, len(steps)), m, dv), nl.float32, name=name)
 
 
 def move_pairs(ring, hbm, steps, i, load, store_queue=False):

@@ -24,7 +24,7 @@ L2NORM_EPS = 1e-6     # l2norm(x) = x * rsqrt(sum(x^2) + eps): eps inside the sq
 
 def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurrent_state,
                            ones=None, weight_loads=None, store_queue=False, fill=None, ring=None,
-                           store=True, first=None):
+                           store=True, first=None, stage=None):
     """One decode step of the gated delta rule on channel-major SBUF tiles, state HBM -> HBM.
 
     Dimensions:
@@ -60,6 +60,9 @@ def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurren
             recurrent_state is then not read (None is fine).
         store (bool): False leaves the new state in the returned ring only (new_state may be
             None): a later call continues from it without a round trip through HBM.
+        stage (nl.ndarray): optional, a ring-shaped SBUF tile (delta_rule_pairs.pair_ring): each
+            sub-chunk's new state is copied there (ScalarE) and stored from it, so that a next
+            call's update of the ring waits for the copy, not for the store.
         first (dict): optional, this call's entry of `prepare_gates` / `prepare_qk`: its first chunk of pairs
             prepared ahead (with the constants it read); ones is then ignored.
 
@@ -160,7 +163,12 @@ def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurren
             if nxt is not chunk and s0 > 0:               # and one of the next chunk's
                 staged = _prepare_stages(nxt, ins, staged, staged + 1)
         if store:
-            move_pairs(ring, new_state, steps, i, load=False,
+            src = ring
+            if stage is not None:
+                nisa.tensor_copy(stage[:, i % stage.shape[1]], ring[:, i % ring.shape[1]],
+                                 engine=nisa.engine.scalar)
+                src = stage
+            move_pairs(src, new_state, steps, i, load=False,
                        store_queue=store_queue and weight_loads is None)
         if s0 + mc == bc * nv:                            # the chunk's last sub-chunk
             nisa.tensor_copy(o[:, :, b0:b0 + bc].permute((0, 2, 1)),

@@ -30,6 +30,7 @@ import nki.language as nl
 from .checks import expect
 from .conv1d_decode import (conv1d_decode_channels, load_windows, slide_windows, store_windows,
                             window_chunks)
+from .delta_rule_pairs import pair_ring, pair_steps
 from .delta_rule_state import fold_ones
 from .gated_delta_rule import (PREPARED_PAIR_BYTES, first_chunk_pairs, gated_delta_rule_block,
                                load_head_params, prepare_gates, prepare_qk, ring_holds_state)
@@ -58,6 +59,14 @@ RECURRENCE_PSUM_BANKS = 6
 # past it (B * T large: the state streams anyway) each token prepares its own. The rest of the
 # kernel fits beside it up to B * T = 256 at Qwen3-Next-80B TP4 (nkicpu's capacity accounting).
 TOKENS_AHEAD_SBUF_BYTES = 8 * 1024
+# The verify form keeps the state in the ring between tokens and stores it after each: the next
+# token's update would wait for that store to read the ring. Where a program has at most this
+# many (batch, head) pairs, each token's state is copied (ScalarE) to one of two stage rings and
+# stored from there (modeled, T = 4, best/likely us: Qwen3-Next-80B TP4 B = 1 60.0/87.4 ->
+# 56.8/83.0, on two cores 45.3/70.5 -> 42.0/67.3; Qwen3.5-27B TP8 B = 1 74.0/106.6 ->
+# 71.8/104.5). With more, the copies cost more than the wait (Next TP4 B = 2, 16 pairs: best
+# 88.4 -> 90.1).
+VERIFY_STAGE_PAIRS = 8
 
 
 @nki.jit
@@ -322,6 +331,10 @@ def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
         prepare_qk(firsts, qkv)
     src = recurrent_state
     ring = None
+    stages = None             # verify: each token's state stored from a copy (_stage)
+    if verify and keep and T > 1 and B * nh <= VERIFY_STAGE_PAIRS:
+        steps = pair_steps(B, nh)
+        stages = [pair_ring(dk, dv, steps, "state_stage"), pair_ring(dk, dv, steps, "state_stage")]
     for t in range(T):        # token by token; token t starts from the state token t - 1 left
         dst = new_recurrent_state
         if verify:
@@ -337,7 +350,8 @@ def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
                                       weight_loads=loads, fill=z_open, ring=_kept(ring, keep),
                                       store=verify or t == T - 1 or not keep,
                                       first=_first(firsts, t),
-                                      store_queue=wq is not None and t == T - 1)
+                                      store_queue=wq is not None and t == T - 1,
+                                      stage=_stage(stages, t, T))
         src = dst
     if z_open is not None:        # queue_roles: z's chunks the recurrence left
         sum_columns(z_open, z_open["n_chunks"])
@@ -366,6 +380,14 @@ def _gates_ahead(a, b, A_sb, dt_sb, ones, T):
     for t in range(T):
         ab.append((_token(a, t, T), _token(b, t, T)))
     return prepare_gates(ab, A_sb, dt_sb, ones, nl.bfloat16)
+
+
+def _stage(stages, t, T):
+    """Where token t's state is copied to be stored from: the two stages in turn, so that a copy
+    waits for the store of two tokens before; the last token's goes from the ring."""
+    if stages is None or t == T - 1:
+        return None
+    return stages[t % 2]
 
 
 def _first(firsts, t):
