@@ -63,8 +63,8 @@ def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurren
         stage (nl.ndarray): optional, a ring-shaped SBUF tile (delta_rule_pairs.pair_ring): each
             sub-chunk's new state is copied there (ScalarE) and stored from it, so that a next
             call's update of the ring waits for the copy, not for the store.
-        first (dict): optional, this call's entry of `prepare_gates` / `prepare_qk`: its first chunk of pairs
-            prepared ahead (with the constants it read); ones is then ignored.
+        first (dict): optional, this call's entry of `prepare_gates` / `prepare_qk`: its first
+            chunk of pairs prepared ahead (with the constants it read); ones is then ignored.
 
     Returns:
         The state ring, [dk, slots, pairs, dv] fp32 SBUF; `o` and `new_state` hold the results.

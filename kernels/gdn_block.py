@@ -55,9 +55,10 @@ Z_CHUNKS_BEFORE_RECURRENCE = 2
 # group of z's sums open through the recurrence, so only where that group fits the other banks
 # (not at Qwen3-Next-80B TP1: 4096 columns of z, a 4-bank group).
 RECURRENCE_PSUM_BANKS = 6
-# T tokens: SBUF per partition the tokens' prepared first chunks may hold at once (prepare_tokens);
-# past it (B * T large: the state streams anyway) each token prepares its own. The rest of the
-# kernel fits beside it up to B * T = 256 at Qwen3-Next-80B TP4 (nkicpu's capacity accounting).
+# T tokens: SBUF per partition the tokens' prepared first chunks may hold at once (prepare_gates,
+# prepare_qk); past it (B * T large: the state streams anyway) each token prepares its own. The
+# rest of the kernel fits beside it up to B * T = 256 at Qwen3-Next-80B TP4 (nkicpu's capacity
+# accounting).
 TOKENS_AHEAD_SBUF_BYTES = 8 * 1024
 # The verify form keeps the state in the ring between tokens and stores it after each: the next
 # token's update would wait for that store to read the ring. Where a program has at most this
