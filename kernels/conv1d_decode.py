@@ -199,20 +199,21 @@ def slide_windows(dst_out, x, loaded):
     return windows
 
 
-def store_windows(new_conv_state, windows):
+def store_windows(new_conv_state, windows, queue=None):
     """Phase 3: the new windows `slide_windows` returned, stored as rows to their channels:
     new_conv_state [B, conv_dim, K] @ HBM takes the window after the last token, [B, S,
-    conv_dim, K] (a verify step's) the window after each token."""
+    conv_dim, K] (a verify step's) the window after each token; the row DMAs on `queue`'s
+    hardware-DGE queue if given (store_rows)."""
     K = new_conv_state.shape[-1]
     for i in range(len(windows)):
         a, window = windows[i]
         P, nt = window.shape[0], window.shape[1]
         last = window.shape[3] - K                   # where the last token's window starts
         if len(new_conv_state.shape) == 3:
-            store_rows(new_conv_state[:, a:a + nt * P, :], window[:, :, :, last:last + K])
+            store_rows(new_conv_state[:, a:a + nt * P, :], window[:, :, :, last:last + K], queue)
         else:
             for s in range(last + 1):
-                store_rows(new_conv_state[:, s, a:a + nt * P, :], window[:, :, :, s:s + K])
+                store_rows(new_conv_state[:, s, a:a + nt * P, :], window[:, :, :, s:s + K], queue)
 
 
 def _channel_chunks(conv_dim, B, K):

@@ -171,9 +171,12 @@ def open_columns(dst, hidden_T, W, col0=0, loads=None, queue=None):
             "next": 0, "accs": None}
 
 
-def sum_columns(p, n):
+def sum_columns(p, n, hold=False):
     """The matmuls of the next n weight chunks of an `open_columns` projection, in order; each
-    chunk's DMA just before them unless the projection was opened with its loads issued."""
+    chunk's DMA just before them unless the projection was opened with its loads issued.
+
+    hold: the projection's last sums stay in PSUM until `evict_columns(p)`, so that a caller can
+    place other work between its last matmuls and its transposes."""
     stop = min(p["next"] + n, p["n_chunks"])
     while p["next"] < stop:
         i = p["next"]
@@ -192,9 +195,70 @@ def sum_columns(p, n):
         else:
             load = p["loads"][i]
         _chunk_matmuls(p["accs"], p["hidden_T"], load, p["chunks"])
-        if j == n_chunks - 1:
+        if j == n_chunks - 1 and hold and i == p["n_chunks"] - 1:
+            p["held"] = group
+        elif j == n_chunks - 1:
             _columns_evict(group, p["accs"], p["chunks"])
         p["next"] = i + 1
+
+
+def evict_columns(p):
+    """The evictions and transposes of the last column group `sum_columns(p, n, hold=True)`
+    left in PSUM."""
+    _columns_evict(p.pop("held"), p["accs"], p["chunks"])
+
+
+def project_pair(dst, hidden_T, W0, W1, c0=0):
+    """Two narrow projections at once, channel-major: dst[:, 0] = columns c0 .. c0 + n - 1 of
+    hidden @ W0, transposed, and dst[:, 1] the same of hidden @ W1, with one matmul per row tile
+    for both.
+
+    Args:
+        dst: [n, 2, B] @ SBUF (any float dtype), written, rounded once from the fp32 sums.
+        hidden_T: [128, KT, B] @ SBUF, bf16, as project_columns takes it.
+        W0, W1: [H, P] @ HBM, bf16, the same shape, 2 * P <= 512 (one PSUM bank of sums).
+        c0: the first column kept (a Python int), c0 + n <= P.
+
+    Notes:
+        - Rows of P * 2 bytes are too narrow to slice, so both weights stream whole: each weight
+          chunk's two DMAs fill the halves of one SBUF tile [128, 2, rows, P], each half a
+          contiguous run per partition, and one matmul reads a row tile of both halves. At a few
+          columns a matmul's time is TensorE's fixed cost, not its columns.
+        - The transposes out of the row-major sums take only columns c0 .. c0 + n - 1: a program
+          of an LNC grid gets its own heads on partitions 0 .. n - 1 without a copy.
+    """
+    n = dst.shape[0]
+    P = W0.shape[1]
+    expect(list(W1.shape) == list(W0.shape), "W1", f"W0's shape {list(W0.shape)}", list(W1.shape))
+    W3 = _weight_view(W0, hidden_T, dst, 2, c0, n, f"{n}")
+    W3b = W1.reshape(W3.shape)
+    fmax = nl.tile_size.psum_bank_fmax
+    expect(len(dst.shape) == 3 and dst.shape[1] == 2 and 2 * P <= fmax, "dst",
+           f"[n, 2, B], the two weights' {2 * P} sums in one PSUM bank (<= {fmax})",
+           list(dst.shape))
+    chunks = _token_chunks(hidden_T.shape[2])
+    accs = _new_accs(chunks, 2 * P)
+    KT = W3.shape[1]
+    n_chunks = _chunk_count(KT, 2 * P)
+    for i in range(n_chunks):
+        kt0 = i * KT // n_chunks
+        g = (i + 1) * KT // n_chunks - kt0
+        w_sb = nl.ndarray((nl.tile_size.pmax, 2, g, P), dtype=W0.dtype, buffer=nl.sbuf)
+        issue_loads([(w_sb[:, 0], W3[:, kt0:kt0 + g, :]), (w_sb[:, 1], W3b[:, kt0:kt0 + g, :])])
+        for j in range(g):
+            for c in range(len(chunks)):
+                b0, bb = chunks[c]
+                nisa.nc_matmul(dst=accs[c][0], stationary=hidden_T[:, kt0 + j, b0:b0 + bb],
+                               moving=w_sb[:, :, j, :], accumulate=(kt0 + j > 0))
+    for c in range(len(chunks)):
+        b0, bb = chunks[c]
+        sums = nl.ndarray((bb, 2, P), dtype=nl.float32, buffer=nl.sbuf)       # row-major, exact
+        evict(sums, accs[c][0], 2 * c)
+        ps = nl.ndarray((n, 2, bb), dtype=nl.float32, buffer=nl.psum)
+        for h in range(2):
+            nisa.nc_transpose(dst=ps[:, h, :], data=sums[:, h, c0:c0 + n],
+                              engine=nisa.engine.tensor)
+        evict(dst[:, :, b0:b0 + bb], ps, 2 * c + 1)
 
 
 def column_weight_loads(dst, hidden_T, W, col0=0):
@@ -454,3 +518,4 @@ def in_proj_kernel(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b):
     b = nl.ndarray((B, W_in_b.shape[1]), dtype=nl.bfloat16, buffer=nl.shared_hbm)
     in_proj_hbm((mixed_qkv, z, a, b), hidden, (W_in_qkv, W_in_z, W_in_a, W_in_b))
     return mixed_qkv, z, a, b
+

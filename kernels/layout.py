@@ -96,7 +96,7 @@ def load_channel_major(dst, src):
             evictions += 1
 
 
-def store_rows(dst, src):
+def store_rows(dst, src, queue=None):
     """Store a channel-major SBUF tile as HBM rows: TensorE transposes, then contiguous row DMAs.
 
     The inverse of `load_channel_major`.
@@ -113,6 +113,8 @@ def store_rows(dst, src):
             differs.
         src (nl.ndarray): [P, T, R, K] @ SBUF if dst has K, else [P, T, R]; T = 1 may be left out
             ([P, R, K] or [P, R]). bf16 or fp32, any free-dim strides.
+        queue: optional, the engine (nisa.engine.sync) whose hardware-DGE queue carries the row
+            DMAs; None: the compiler's queues.
 
     Returns:
         None; dst holds the rows.
@@ -162,7 +164,11 @@ def store_rows(dst, src):
             evict(by_tile[:, t0:t0 + nt, :, k0:k0 + nk], ps.permute((0, 1, 3, 2)), evictions)
             evictions += 1
         pieces = dst[r0:r0 + rr].reshape((rr * J, TL * P, K))
-        nisa.dma_copy(dst=_squeezed(pieces), src=_squeezed(rows))
+        if queue is None:
+            nisa.dma_copy(dst=_squeezed(pieces), src=_squeezed(rows))
+        else:
+            nisa.dma_copy(dst=_squeezed(pieces), src=_squeezed(rows),
+                          dge_mode=nisa.dge_mode.hwdge, engine=queue)
 
 
 def _with_all_dims(hbm, tile, hbm_arg, tile_arg):

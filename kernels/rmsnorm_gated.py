@@ -14,7 +14,7 @@ from .layout import load_channel_major, store_rows
 RMSNORM_EPS = 1e-6      # config.rms_norm_eps of every Qwen3-Next / Qwen3.5 model
 
 
-def rmsnorm_gated_tile(out, o, z, w, ones=None):
+def rmsnorm_gated_tile(out, o, z, w, ones=None, rstd=None):
     """Gated RMSNorm of channel-major SBUF tiles: out = o * rsqrt(mean_dv(o^2) + eps) * w * silu(z).
 
     The building block of stage 5, called by the standalone kernel and by the fused decode kernel.
@@ -33,6 +33,8 @@ def rmsnorm_gated_tile(out, o, z, w, ones=None):
         w (nl.ndarray): [dv, 1] @ SBUF, fp32, norm_weight as a per-partition scalar operand.
         ones (nl.ndarray): optional [dv, dv] @ SBUF, fp32, all ones, from a caller that has one
             (the fused kernel reuses the delta rule's); built here if None.
+        rstd (nl.ndarray): optional [dv, nv, B] @ SBUF, fp32, `rmsnorm_rstd(o, ones)` computed
+            ahead by the caller; computed here if None.
 
     Returns:
         None; `out` holds the result.
@@ -67,45 +69,97 @@ def rmsnorm_gated_tile(out, o, z, w, ones=None):
         o = o_bf16
 
     # Constants on GpSimd (otherwise idle), so VectorE can start squaring at once.
+    if rstd is None:
+        ones = _ones(ones, dv)
+        eps = _eps(dv)
+    else:
+        expect_shape(rstd, "rstd", (dv, nv, B))
+
+    chunks = _column_chunks(nv, B)
+    for i in range(len(chunks)):
+        h0, hn, b0, bn = chunks[i]
+        o_c = o[:, h0:h0 + hn, b0:b0 + bn]
+        z_c = z[:, h0:h0 + hn, b0:b0 + bn]
+        if rstd is None:
+            ss = _sum_squares(o_c, ones)
+
+        # independent of the sum: silu(z) * w * o, while TensorE reduces
+        gate = nl.ndarray((dv, hn, bn), nl.float32, name="gate")
+        nisa.activation(gate, op=nl.silu, data=z_c)
+        gwo = nl.ndarray((dv, hn, bn), nl.float32, name="gwo")
+        nisa.scalar_tensor_tensor(gwo, data=gate, op0=nl.multiply, operand0=w,
+                                  op1=nl.multiply, operand1=o_c)
+
+        if rstd is None:
+            rstd_c = nl.ndarray((dv, hn, bn), nl.float32, name="rstd")
+            _rsqrt_mean(rstd_c, ss, eps)
+        else:
+            rstd_c = rstd[:, h0:h0 + hn, b0:b0 + bn]
+
+        # the one rounding, to out's dtype
+        nisa.tensor_tensor(out[:, h0:h0 + hn, b0:b0 + bn], gwo, rstd_c, op=nl.multiply)
+
+
+def rmsnorm_rstd(o, ones):
+    """rsqrt(mean_dv(o^2) + eps) of every (head, batch) column of o [dv, nv, B] @ SBUF (bf16), on
+    every partition: a new [dv, nv, B] fp32 tile for `rmsnorm_gated_tile(..., rstd=)`, so that a
+    caller whose z comes after o can run ScalarE's rsqrt before silu(z) (two function tables:
+    after silu the rsqrt would load its table again). The same instructions as the tile's own."""
+    dv, nv, B = o.shape
+    expect_dtype(o, "o", nl.bfloat16)
+    ones = _ones(ones, dv)
+    eps = _eps(dv)
+    rstd = nl.ndarray((dv, nv, B), nl.float32, name="rstd")
+    chunks = _column_chunks(nv, B)
+    for i in range(len(chunks)):
+        h0, hn, b0, bn = chunks[i]
+        ss = _sum_squares(o[:, h0:h0 + hn, b0:b0 + bn], ones)
+        _rsqrt_mean(rstd[:, h0:h0 + hn, b0:b0 + bn], ss, eps)
+    return rstd
+
+
+def _ones(ones, dv):
+    """The caller's [dv, dv] all-ones fp32 tile, or a new one (GpSimd)."""
     if ones is None:
         ones = nl.ndarray((dv, dv), nl.float32, name="ones")
         nisa.memset(ones, 1.0, engine=nisa.engine.gpsimd)
     expect_shape(ones, "ones", (dv, dv))
+    return ones
+
+
+def _eps(dv):
+    """[dv, 1] fp32 RMSNORM_EPS, the rsqrt's bias (GpSimd)."""
     eps = nl.ndarray((dv, 1), nl.float32, name="eps")
     nisa.memset(eps, RMSNORM_EPS, engine=nisa.engine.gpsimd)
+    return eps
 
-    # (head, batch) columns of one PSUM bank of fp32 sums
+
+def _column_chunks(nv, B):
+    """(h0, hn, b0, bn): the (head, batch) columns of one PSUM bank of fp32 sums each."""
     fmax = nl.tile_size.psum_bank_fmax
     b_chunk = min(B, fmax)
     h_chunk = max(1, fmax // b_chunk)
+    chunks = []
     for h0 in range(0, nv, h_chunk):
-        hn = min(h_chunk, nv - h0)
         for b0 in range(0, B, b_chunk):
-            bn = min(b_chunk, B - b0)
-            o_c = o[:, h0:h0 + hn, b0:b0 + bn]
-            z_c = z[:, h0:h0 + hn, b0:b0 + bn]
+            chunks.append((h0, min(h_chunk, nv - h0), b0, min(b_chunk, B - b0)))
+    return chunks
 
-            # sum of squares over dv (partitions): square on VectorE, then ones^T @ sq
-            # on TensorE; the sum lands on every partition, already broadcast for the
-            # products below
-            sq = nl.ndarray((dv, hn, bn), nl.float32, name="sq")
-            nisa.tensor_tensor(sq, o_c, o_c, op=nl.multiply)
-            ss = nl.ndarray((dv, hn, bn), nl.float32, buffer=nl.psum, name="ss")
-            nisa.nc_matmul(ss, ones, sq)
 
-            # independent of the sum: silu(z) * w * o, while TensorE reduces
-            gate = nl.ndarray((dv, hn, bn), nl.float32, name="gate")
-            nisa.activation(gate, op=nl.silu, data=z_c)
-            gwo = nl.ndarray((dv, hn, bn), nl.float32, name="gwo")
-            nisa.scalar_tensor_tensor(gwo, data=gate, op0=nl.multiply, operand0=w,
-                                      op1=nl.multiply, operand1=o_c)
+def _sum_squares(o_c, ones):
+    """Sum of squares over dv (partitions): square on VectorE, then ones^T @ sq on TensorE; the
+    sum lands on every partition of a PSUM tile, already broadcast for the products after it."""
+    dv, hn, bn = o_c.shape
+    sq = nl.ndarray((dv, hn, bn), nl.float32, name="sq")
+    nisa.tensor_tensor(sq, o_c, o_c, op=nl.multiply)
+    ss = nl.ndarray((dv, hn, bn), nl.float32, buffer=nl.psum, name="ss")
+    nisa.nc_matmul(ss, ones, sq)
+    return ss
 
-            # rstd = rsqrt(ss / dv + eps), read straight from PSUM
-            rstd = nl.ndarray((dv, hn, bn), nl.float32, name="rstd")
-            nisa.activation(rstd, op=nl.rsqrt, data=ss, bias=eps, scale=1.0 / dv)
 
-            # the one rounding, to out's dtype
-            nisa.tensor_tensor(out[:, h0:h0 + hn, b0:b0 + bn], gwo, rstd, op=nl.multiply)
+def _rsqrt_mean(rstd, ss, eps):
+    """rstd = rsqrt(ss / dv + eps) (ScalarE), read straight from PSUM."""
+    nisa.activation(rstd, op=nl.rsqrt, data=ss, bias=eps, scale=1.0 / ss.shape[0])
 
 
 @nki.jit

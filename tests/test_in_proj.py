@@ -18,7 +18,8 @@ import nki.isa as nisa
 import nki.language as nl
 import nkicpu
 from kernels.configs import GDNShape
-from kernels.in_proj import MIN_SLICE_RUN_BYTES, in_proj_kernel, load_hidden_T, project_columns, project_rows
+from kernels.in_proj import (MIN_SLICE_RUN_BYTES, in_proj_kernel, load_hidden_T, project_columns, project_pair,
+                             project_rows)
 from kernels.reference import in_proj_ref, make_inputs, to_numpy, to_torch
 from nkicpu import costs
 from tests.gdn_testing import (SHARD_SHAPES, TINY_SHAPES, assert_output_close, hbm_runs, run_unmodified,
@@ -298,6 +299,50 @@ def test_building_block_rejects_misuse(batch, dst_batch, n_kt, message):
     W = stage_inputs(SMALL)[1]
     with pytest.raises(AssertionError, match=message):
         nki.simulate(_block_misuse_kernel)(hidden, W, dst_batch, n_kt)
+
+
+@nki.jit
+def _pair_kernel(hidden, W0, W1, c0, n):
+    """project_pair: columns c0 .. c0 + n - 1 of hidden @ W0 and of hidden @ W1, [n, 2, B]."""
+    B, _, H = hidden.shape
+    hid = nl.ndarray((128, B, H // 128), dtype=nl.bfloat16, buffer=nl.sbuf)
+    hidden_T = load_hidden_T(hid, hidden)
+    dst = nl.ndarray((n, 2, B), dtype=nl.bfloat16, buffer=nl.sbuf)
+    project_pair(dst, hidden_T, W0, W1, c0)
+    out = nl.ndarray((n, 2, B), dtype=nl.bfloat16, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=dst)
+    return out
+
+
+@pytest.mark.parametrize("shape, c0, n", [
+    (SHARD_SHAPES[0].with_batch(1), 0, 8),            # Qwen3-Next-80B TP4: all 8 heads of a and b
+    (SHARD_SHAPES[0].with_batch(3), 4, 4),            # the second program's heads on an LNC=2 grid
+    (WIDE_BATCH.with_batch(130), 1, 2),               # two token chunks
+], ids=["all-B1", "heads-4-8-B3", "B130"])
+def test_project_pair_matches_both_projections(shape, c0, n):
+    """project_pair against the reference a and b, and against project_columns on each weight
+    apart: the same sums, bit for bit."""
+    args = stage_inputs(shape)
+    hidden, W_a, W_b = args[0], args[3], args[4]
+    got = nki.simulate(_pair_kernel)(hidden, W_a, W_b, c0, n)
+    a, b = reference(args)[2:]
+    for i, want in enumerate((a, b)):
+        assert_output_close(got[:, i], np.ascontiguousarray(want[:, c0:c0 + n].T), "ab")
+        apart = nki.simulate(_per_head_kernel)(hidden, (W_a, W_b)[i], c0, 1, n)
+        assert np.array_equal(got[:, i].view(np.uint16), apart[:, 0].view(np.uint16))
+
+
+def test_project_pair_rejects_misuse():
+    hidden, _, _, W_a, W_b = stage_inputs(SMALL)
+    with pytest.raises(AssertionError, match=r"W1: expected W0's shape \[256, 2\], got \[256, 1\]"):
+        nki.simulate(_pair_kernel)(hidden, W_a, np.ascontiguousarray(W_b[:, :1]), 0, 2)
+    with pytest.raises(AssertionError, match=r"col0: expected columns col0 .. col0 \+ 2 inside W's 2 "
+                                             r"columns, got 1"):
+        nki.simulate(_pair_kernel)(hidden, W_a, W_b, 1, 2)
+    wide = np.zeros((SMALL.H, 300), BF16)
+    with pytest.raises(AssertionError, match=r"dst: expected \[n, 2, B\], the two weights' 600 sums in "
+                                             r"one PSUM bank \(<= 512\), got \[2, 2, 2\]"):
+        nki.simulate(_pair_kernel)(hidden, wide, wide, 0, 2)
 
 
 # -- validation: one test per check ---------------------------------------------------------------
