@@ -10,13 +10,14 @@ weights, the two states and the output. The stages' building blocks, called as t
   gated_delta_rule_block              stage 4
   rmsnorm_gated_tile                  stage 5
 
-It is composition step 10: where z is projected after the recurrence, every weight streams on
-SyncE's hardware-DGE queue in the order TensorE reads it, z last, and z's matmuls run as its chunks
-land: two after the conv stage, others in the recurrence's TensorE waits, the rest after it. The
-small inputs (A_log, dt_bias, norm_weight, the conv windows and weights) load ahead of the first
-weight chunk, and the conv windows turn while the weights stream (launched as gdn_block_tkg[2],
-value heads split between the two NeuronCores of an LNC=2 launch grid, each projecting only its own
-key heads' q | k columns). Steps 3 to 9 are the same body with switches off (kernels/steps.py); the
+It is composition step 11: where z is projected after the recurrence, every weight but a | b
+streams on SyncE's hardware-DGE queue in the order TensorE reads it, z last, and z's matmuls run as
+its chunks land: two after the conv stage, others in the recurrence's TensorE waits, the rest after
+it. The small inputs (A_log, dt_bias, norm_weight, the conv windows and weights) load ahead of the
+first weight chunk, the conv windows turn while the weights stream, a and b share one matmul per
+row tile and their gates are prepared as they land (launched as gdn_block_tkg[2], value heads
+split between the two NeuronCores of an LNC=2 launch grid, each projecting only its own key heads'
+q | k columns). Steps 3 to 10 are the same body with switches off (kernels/steps.py); the
 composition chapters of the book explain each step.
 
 It also takes T <= MAX_TOKENS tokens per sequence in one launch, speculative decoding's verify step
@@ -37,9 +38,10 @@ from .gated_delta_rule import (PREPARED_PAIR_BYTES, first_chunk_pairs, gated_del
 from .gqa_repeat import expand_key_heads
 from .gdn_block_checks import MAX_TOKENS, block_dims, check_block_dtypes
 from .in_proj import (BF16_BYTES, MIN_SLICE_RUN_BYTES, column_weight_loads, issue_loads,
-                      load_hidden_T, open_columns, project_columns, sum_columns)
+                      evict_columns, load_hidden_T, open_columns, project_columns, project_pair,
+                      sum_columns)
 from .layout import load_channel_major, store_rows
-from .rmsnorm_gated import load_norm_weight, rmsnorm_gated_tile
+from .rmsnorm_gated import load_norm_weight, rmsnorm_gated_tile, rmsnorm_rstd
 
 # SBUF per partition the fused kernel's activations may take: the rest of the usable SBUF (224 KiB
 # less 16 KiB the runtime reserves) holds the delta rule's state ring (64 KiB) and the stages'
@@ -129,7 +131,7 @@ def gdn_block_tkg(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_st
     return gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state,
                           A_log, dt_bias, norm_weight, recurrent_state, gqa_by_index=True,
                           place_z=True, qk_slices=True, z_early=True, loads_first=True,
-                          queue_roles=True, max_tokens=MAX_TOKENS)
+                          queue_roles=True, off_path=True, max_tokens=MAX_TOKENS)
 
 
 @nki.jit
@@ -155,16 +157,16 @@ def gdn_block_tkg_verify(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, 
     return gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state,
                           A_log, dt_bias, norm_weight, recurrent_state, gqa_by_index=True,
                           place_z=True, qk_slices=True, z_early=True, loads_first=True,
-                          queue_roles=True, max_tokens=MAX_TOKENS, verify=True)
+                          queue_roles=True, off_path=True, max_tokens=MAX_TOKENS, verify=True)
 
 
 def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
                    dt_bias, norm_weight, recurrent_state, gqa_by_index, place_z, qk_slices,
-                   z_early=False, loads_first=False, queue_roles=False, max_tokens=1,
-                   verify=False):
-    """The fused body; the six switches are composition steps 4, 5, 7, 8, 9 and 10
-    (kernels/steps.py; z_early, loads_first and queue_roles are off unless given, as in every step
-    before 8, 9 and 10).
+                   z_early=False, loads_first=False, queue_roles=False, off_path=False,
+                   max_tokens=1, verify=False):
+    """The fused body; the seven switches are composition steps 4, 5, 7, 8, 9, 10 and 11
+    (kernels/steps.py; z_early, loads_first, queue_roles and off_path are off unless given, as in
+    every step before 8, 9, 10 and 11).
 
     hidden [B, T, H] with T <= max_tokens: the projections and the conv take the B * T tokens at
     once (column b * T + t of every activation tile), the recurrence runs token by token.
@@ -258,12 +260,21 @@ def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
         for i in range(len(groups)):
             dst, _, c0 = groups[i]
             loaded.append(load_windows(conv_weight, conv_state, c0, dst.shape[0], dst.shape[1], T))
-    a = _heads_of(_projected((nv, N), hidden_T, W_in_a, "a", wq), h0, nh, "a_heads")
-    b = _heads_of(_projected((nv, N), hidden_T, W_in_b, "b", wq), h0, nh, "b_heads")
-    # T tokens: each token's first chunk of pairs prepared before the first state update (its
-    # gates as soon as a and b are projected, where the head parameters are loaded by then), so
-    # that only the state update is left between two tokens
-    ahead = T > 1 and T * first_chunk_pairs(B, nh) * PREPARED_PAIR_BYTES <= TOKENS_AHEAD_SBUF_BYTES
+    if off_path:    # a | b: one matmul per row tile for both, this program's heads transposed out
+        # (their two DMAs on the compiler's queues, beside the weights' stream on SyncE's)
+        ab = nl.ndarray((nh, 2, N), nl.bfloat16, name="ab")
+        project_pair(ab, hidden_T, W_in_a, W_in_b, h0)
+        a = ab[:, 0]
+        b = ab[:, 1]
+    else:
+        a = _heads_of(_projected((nv, N), hidden_T, W_in_a, "a", wq), h0, nh, "a_heads")
+        b = _heads_of(_projected((nv, N), hidden_T, W_in_b, "b", wq), h0, nh, "b_heads")
+    # Each token's first chunk of pairs prepared before the first state update (its gates as
+    # soon as a and b are projected, where the head parameters are loaded by then): T tokens, so
+    # that only the state update is left between two tokens; off_path, one token too, so that
+    # ScalarE's gate functions and their table loads run while the weights stream
+    ahead = ((T > 1 or off_path)
+             and T * first_chunk_pairs(B, nh) * PREPARED_PAIR_BYTES <= TOKENS_AHEAD_SBUF_BYTES)
     firsts = None
     ones = None
     if ahead and first:
@@ -296,8 +307,13 @@ def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
         else:
             windows.append(slide_windows(dst, x, load_windows(conv_weight, conv_state, c0,
                                                               dst.shape[0], dst.shape[1], T)))
+    # off_path, z first: the windows' stores on SyncE's queue, which carries no weights then, so
+    # that on the compiler's queues no state load waits behind a store waiting for the conv
+    window_queue = None
+    if off_path and wq is None:
+        window_queue = nisa.engine.sync
     for i in range(len(windows)):
-        store_windows(new_conv_state, windows[i])
+        store_windows(new_conv_state, windows[i], window_queue)
     if z_open is not None:
         sum_columns(z_open, Z_CHUNKS_BEFORE_RECURRENCE)
 
@@ -354,7 +370,14 @@ def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
                                       store_queue=wq is not None and t == T - 1,
                                       stage=_stage(stages, t, T))
         src = dst
-    if z_open is not None:        # queue_roles: z's chunks the recurrence left
+    rstd = None
+    if z_open is not None and off_path:
+        # z's last matmuls, then the norm's rsqrt from o before z's transposes: ScalarE runs it
+        # before silu(z), so that silu's table loads while TensorE and VectorE finish z
+        sum_columns(z_open, z_open["n_chunks"], hold=True)
+        rstd = rmsnorm_rstd(o, ones[0:dv, 0:dv])
+        evict_columns(z_open)
+    elif z_open is not None:      # queue_roles: z's chunks the recurrence left
         sum_columns(z_open, z_open["n_chunks"])
     elif z_last:
         project_columns(z, hidden_T, W_in_z, col0=h0 * dv, loads=z_loads)
@@ -363,7 +386,7 @@ def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
     if not first:
         norm_w = load_norm_weight(norm_weight)
     y = nl.ndarray((dv, nh, N), nl.bfloat16, name="y")
-    rmsnorm_gated_tile(y, o, z, norm_w, ones=ones[0:dv, 0:dv])
+    rmsnorm_gated_tile(y, o, z, norm_w, ones=ones[0:dv, 0:dv], rstd=rstd)
     store_rows(out.reshape((N, nv * dv))[:, h0 * dv:h1 * dv], y)
     return out, new_conv_state, new_recurrent_state
 

@@ -111,12 +111,14 @@ ENTRIES = _STAGE_ENTRIES + (
     _step(9, "9_loads_first", "kernels.steps:gdn_block_tkg_loads_first",
           "the small inputs loaded ahead of the weights, the conv windows turned while they "
           "stream"),
-    _step(10, "10_queue_roles", "kernels.gdn_block:gdn_block_tkg",
-          "z last: every weight on one queue in TensorE's order, z's matmuls as its chunks land",
-          max_tokens=MAX_TOKENS),
+    _step(10, "10_queue_roles", "kernels.steps:gdn_block_tkg_queue_roles",
+          "z last: every weight on one queue in TensorE's order, z's matmuls as its chunks land"),
+    _step(11, "11_off_path", "kernels.gdn_block:gdn_block_tkg",
+          "a and b share matmuls; the gates, window stores and the norm's rsqrt leave the "
+          "critical path", max_tokens=MAX_TOKENS),
     Entry("verify", "kernels.gdn_block:gdn_block_tkg_verify",
           "kernels.reference:gdn_block_tkg_verify_ref", BLOCK_ARGS, VERIFY_OUTPUTS,
-          "step 10 keeping every token's window and state: speculative decoding's verify step",
+          "step 11 keeping every token's window and state: speculative decoding's verify step",
           max_tokens=MAX_TOKENS),
 )
 BY_NAME = {e.name: e for e in ENTRIES}

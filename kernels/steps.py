@@ -1,7 +1,7 @@
-"""The composition ladder: the entry points of composition steps 0 to 9, each with its number.
+"""The composition ladder: the entry points of composition steps 0 to 10, each with its number.
 
 Every step runs the whole decode step with the arguments and results of `gdn_block_tkg`, which is
-step 10 (`kernels/gdn_block.py`).
+step 11 (`kernels/gdn_block.py`).
 
   0  gdn_block_staged          the five stage kernels, five launches, activations through HBM
   1  gdn_block_staged_tkg      stages 4 and 5 fused into `gdn_tkg`: four launches
@@ -18,6 +18,8 @@ step 10 (`kernels/gdn_block.py`).
                                stores; the small inputs still loaded where their stages use them
   9  gdn_block_tkg_loads_first the small inputs loaded ahead of the weights; the weights on the
                                compiler's queues and z's matmuls after the recurrence
+ 10  gdn_block_tkg_queue_roles where z is last, every weight on SyncE's queue in TensorE's order,
+                               z's matmuls as its chunks land
 
 Steps 0 and 1 are host code: each launch is a standalone `@nki.jit` kernel reading and writing HBM.
 """
@@ -173,3 +175,15 @@ def gdn_block_tkg_loads_first(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_wei
     return gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
                           dt_bias, norm_weight, recurrent_state, gqa_by_index=True, place_z=True,
                           qk_slices=True, z_early=True, loads_first=True, queue_roles=False)
+
+
+@nki.jit
+def gdn_block_tkg_queue_roles(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state,
+                              A_log, dt_bias, norm_weight, recurrent_state):
+    """Step 10: `gdn_block_tkg`'s body with a and b projected apart (their heads copied to a tile
+    of their own on an LNC grid), the gates prepared inside the recurrence, the conv windows
+    stored on the compiler's queues and the norm's rsqrt after silu(z). Arguments and results as
+    gdn_block_tkg."""
+    return gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
+                          dt_bias, norm_weight, recurrent_state, gqa_by_index=True, place_z=True,
+                          qk_slices=True, z_early=True, loads_first=True, queue_roles=True)

@@ -18,8 +18,8 @@ import nkicpu
 from kernels.configs import SWEEP_SHARDS, TEST_SHARDS, GDNShape, model_shard
 from kernels.gdn_block import gdn_block_tkg, gdn_block_tkg_verify
 from kernels.in_proj import MIN_SLICE_RUN_BYTES
-from kernels.steps import (gdn_block_tkg_loads_first, gdn_block_tkg_whole_qk, gdn_block_tkg_z_early,
-                           gdn_block_tkg_z_queued)
+from kernels.steps import (gdn_block_tkg_loads_first, gdn_block_tkg_queue_roles,
+                           gdn_block_tkg_whole_qk, gdn_block_tkg_z_early, gdn_block_tkg_z_queued)
 from nkicpu.schedule import lanes as schedule_lanes
 from kernels.reference import gdn_block_tkg_ref, make_inputs, to_numpy, to_torch
 from tests.gdn_float64 import np_block
@@ -167,12 +167,13 @@ def _weight_dma_queues(c, names, core):
 @pytest.mark.parametrize("lnc", [1, 2])
 @shapes_param([SHARDS[0], SHARDS[4], model_shard("Qwen3-Next-80B", 4, B=8)])
 def test_queue_roles_moves_only_weight_queues_and_z_matmuls(lnc, shape):
-    """Step 10 (gdn_block_tkg) against step 9: where z is projected after the recurrence (step 9
+    """Step 10 (gdn_block_tkg_queue_roles) against step 9: where z is projected after the
+    recurrence (step 9
     issues z's weight DMAs after the first state load) every weight DMA moves to SyncE's queue,
     and z's first matmul ahead of the last state store; elsewhere nothing moves. Same
     instructions, same results bit for bit."""
     x = make_inputs(shape, seed=17)
-    before, after = _captures(gdn_block_tkg_loads_first, gdn_block_tkg, lnc, x)
+    before, after = _captures(gdn_block_tkg_loads_first, gdn_block_tkg_queue_roles, lnc, x)
     names = list(x)
     w_z = before.arguments[names.index("W_in_z")]
     state = before.arguments[names.index("recurrent_state")]
@@ -196,8 +197,48 @@ def test_queue_roles_only_where_z_fits_psum_beside_the_recurrence(lnc):
     which takes up to 6 of the 8, so step 10 keeps step 9's order there: it runs, on one core and
     two, bit for bit step 9's results."""
     x = make_inputs(model_shard("Qwen3-Next-80B", 1, B=1), seed=3)
-    before, after = _captures(gdn_block_tkg_loads_first, gdn_block_tkg, lnc, x)
+    before, after = _captures(gdn_block_tkg_loads_first, gdn_block_tkg_queue_roles, lnc, x)
     assert _weight_dma_queues(after, list(x), 0) == _weight_dma_queues(before, list(x), 0)
+    assert _same_results(after, before)
+
+
+@pytest.mark.parametrize("lnc", [1, 2])
+@shapes_param([SHARDS[0], SHARDS[3], SHARDS[4], SHARDS[7]])
+def test_off_path_moves_only_the_small_work(lnc, shape):
+    """Step 11 (gdn_block_tkg) against step 10, on each core: one matmul per row tile reads a | b
+    where step 10 had one each, and no SBUF -> SBUF copy of a program's heads; the gates' first
+    function before the conv's silu on ScalarE; where z is first the windows' stores on SyncE's
+    queue; where z is last the norm's rsqrt before the last silu (z's). Same results bit for
+    bit."""
+    x = make_inputs(shape, seed=18)
+    before, after = _captures(gdn_block_tkg_queue_roles, gdn_block_tkg, lnc, x)
+    names = list(x)
+    ab = {before.arguments[names.index(n)] for n in ("W_in_a", "W_in_b")}
+    KT = shape.H // 128
+    for core in range(lnc):
+        mine = [[i for i in c.instructions if i.core == core] for c in (before, after)]
+        for ins, per_tile in zip(mine, (2, 1)):
+            tiles = set()
+            for i in ins:
+                if i.engine == "dma" and {a.alloc for a in i.reads} & ab:
+                    tiles |= {a.alloc for a in i.writes}
+            assert sum(i.opcode == "nc_matmul" and any(a.alloc in tiles for a in i.reads)
+                       for i in ins) == per_tile * KT
+        copies = [sum(i.engine == "dma" and all(a.on_chip for a in i.reads + i.writes)
+                      for i in ins) for ins in mine]
+        assert copies == [2 * (lnc == 2), 0]
+        for ins, ahead in zip(mine, (False, True)):
+            acts = [i.args["op"] for i in ins if i.opcode == "activation"]
+            assert (acts.index("softplus") < acts.index("silu")) == ahead
+        z_last = _weight_dma_queues(before, names, core)[-1] == "DMA SyncE"
+        windows = [lane for i, lane in zip(after.instructions, schedule_lanes(after.instructions))
+                   if i.core == core and i.engine == "dma"
+                   and any(after.allocations[a.alloc].name == "new_conv_state" for a in i.writes)]
+        assert all(lane.endswith("DMA SyncE") for lane in windows) == (not z_last)
+        for ins, first in zip(mine, (False, z_last)):
+            acts = [i.args["op"] for i in ins if i.opcode == "activation"]
+            last_silu = len(acts) - 1 - acts[::-1].index("silu")
+            assert (max(k for k, a in enumerate(acts) if a == "rsqrt") < last_silu) == first
     assert _same_results(after, before)
 
 
