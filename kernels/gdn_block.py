@@ -12,12 +12,12 @@ weights, the two states and the output. The stages' building blocks, called as t
 
 It is composition step 11: where z is projected after the recurrence, every weight but a | b
 streams on SyncE's hardware-DGE queue in the order TensorE reads it, z last, and z's matmuls run as
-its chunks land: two after the conv stage, others in the recurrence's TensorE waits, the rest after
-it. The small inputs (A_log, dt_bias, norm_weight, the conv windows and weights) load ahead of the
-first weight chunk, the conv windows turn while the weights stream, a and b share one matmul per
-row tile and their gates are prepared as they land (launched as gdn_block_tkg[2], value heads
-split between the two NeuronCores of an LNC=2 launch grid, each projecting only its own key heads'
-q | k columns). Steps 3 to 10 are the same body with switches off (kernels/steps.py); the
+its chunks land: two after the conv stage, the rest after the recurrence (with T tokens, some in
+the TensorE waits between their updates). The small inputs (A_log, dt_bias, norm_weight, the conv
+windows and weights) load ahead of the first weight chunk, the conv windows turn while the weights
+stream, a and b share one matmul per row tile and their gates are prepared as they land (launched
+as gdn_block_tkg[2], value heads split between the two NeuronCores of an LNC=2 launch grid, each
+projecting only its own key heads' q | k columns). Steps 3 to 10 are the same body with switches off (kernels/steps.py); the
 composition chapters of the book explain each step.
 
 It also takes T <= MAX_TOKENS tokens per sequence in one launch, speculative decoding's verify step
@@ -352,6 +352,12 @@ def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
     if verify and keep and T > 1 and B * nh <= VERIFY_STAGE_PAIRS:
         steps = pair_steps(B, nh)
         stages = [pair_ring(dk, dv, steps, "state_stage"), pair_ring(dk, dv, steps, "state_stage")]
+    # off_path, one token: no z chunk fills the recurrence's TensorE waits: with the gates ahead
+    # they are short, and a chunk placed there waits for its own DMA, the recurrence's next step
+    # behind it (T tokens keep the fills: between two tokens' updates TensorE waits long)
+    fill = z_open
+    if off_path and T == 1:
+        fill = None
     for t in range(T):        # token by token; token t starts from the state token t - 1 left
         dst = new_recurrent_state
         if verify:
@@ -364,7 +370,7 @@ def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
         ring = gated_delta_rule_block(_token(o, t, T), dst[:, h0:h1], _token(q, t, T),
                                       _token(k, t, T), _token(v_c, t, T), _token(a, t, T),
                                       _token(b, t, T), A_sb, dt_sb, src[:, h0:h1], ones=ones,
-                                      weight_loads=loads, fill=z_open, ring=_kept(ring, keep),
+                                      weight_loads=loads, fill=fill, ring=_kept(ring, keep),
                                       store=verify or t == T - 1 or not keep,
                                       first=_first(firsts, t),
                                       store_queue=wq is not None and t == T - 1,

@@ -204,8 +204,10 @@ def sum_columns(p, n, hold=False):
 
 def evict_columns(p):
     """The evictions and transposes of the last column group `sum_columns(p, n, hold=True)`
-    left in PSUM."""
-    _columns_evict(p.pop("held"), p["accs"], p["chunks"])
+    left in PSUM; nothing if its sums were evicted before (its last chunk summed without hold)."""
+    held = p.pop("held", None)
+    if held is not None:
+        _columns_evict(held, p["accs"], p["chunks"])
 
 
 def project_pair(dst, hidden_T, W0, W1, c0=0):

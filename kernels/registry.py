@@ -114,8 +114,8 @@ ENTRIES = _STAGE_ENTRIES + (
     _step(10, "10_queue_roles", "kernels.steps:gdn_block_tkg_queue_roles",
           "z last: every weight on one queue in TensorE's order, z's matmuls as its chunks land"),
     _step(11, "11_off_path", "kernels.gdn_block:gdn_block_tkg",
-          "a and b share matmuls; the gates, window stores and the norm's rsqrt leave the "
-          "critical path", max_tokens=MAX_TOKENS),
+          "small work off the critical path: a and b in one matmul per row tile; the gates, "
+          "window stores, z's matmuls and the norm's rsqrt moved", max_tokens=MAX_TOKENS),
     Entry("verify", "kernels.gdn_block:gdn_block_tkg_verify",
           "kernels.reference:gdn_block_tkg_verify_ref", BLOCK_ARGS, VERIFY_OUTPUTS,
           "step 11 keeping every token's window and state: speculative decoding's verify step",

@@ -208,8 +208,8 @@ def test_off_path_moves_only_the_small_work(lnc, shape):
     """Step 11 (gdn_block_tkg) against step 10, on each core: one matmul per row tile reads a | b
     where step 10 had one each, and no SBUF -> SBUF copy of a program's heads; the gates' first
     function before the conv's silu on ScalarE; where z is first the windows' stores on SyncE's
-    queue; where z is last the norm's rsqrt before the last silu (z's). Same results bit for
-    bit."""
+    queue; where z is last the norm's rsqrt before the last silu (z's); no z matmul among the
+    recurrence's. Same results bit for bit."""
     x = make_inputs(shape, seed=18)
     before, after = _captures(gdn_block_tkg_queue_roles, gdn_block_tkg, lnc, x)
     names = list(x)
@@ -239,7 +239,23 @@ def test_off_path_moves_only_the_small_work(lnc, shape):
             acts = [i.args["op"] for i in ins if i.opcode == "activation"]
             last_silu = len(acts) - 1 - acts[::-1].index("silu")
             assert (max(k for k, a in enumerate(acts) if a == "rsqrt") < last_silu) == first
+        assert _z_matmuls_in_recurrence(after, core) == 0
     assert _same_results(after, before)
+
+
+def _z_matmuls_in_recurrence(c, core):
+    """TensorE instructions reading a z weight chunk between the first and the last one that
+    reads the recurrence's state ring, on `core`."""
+    w_z = c.arguments[2]
+    ins = [i for i in c.instructions if i.core == core and i.engine in ("dma", "tensor")]
+    chunks = set()
+    for i in ins:
+        if i.engine == "dma" and any(r.alloc == w_z for r in i.reads):
+            chunks |= {a.alloc for a in i.writes}
+    ring = [k for k, i in enumerate(ins) if i.engine == "tensor" and any(
+        c.allocations[a.alloc].name == "state_ring" for a in i.reads)]
+    return sum(i.engine == "tensor" and any(a.alloc in chunks for a in i.reads)
+               for i in ins[ring[0]:ring[-1]])
 
 
 def _z_matmul_before_last_store(c, core):
