@@ -17,8 +17,8 @@ the TensorE waits between their updates). The small inputs (A_log, dt_bias, norm
 windows and weights) load ahead of the first weight chunk, the conv windows turn while the weights
 stream, a and b share one matmul per row tile and their gates are prepared as they land (launched
 as gdn_block_tkg[2], value heads split between the two NeuronCores of an LNC=2 launch grid, each
-projecting only its own key heads' q | k columns). Steps 3 to 10 are the same body with switches off (kernels/steps.py); the
-composition chapters of the book explain each step.
+projecting only its own key heads' q | k columns). Steps 3 to 10 are the same body with switches
+off (kernels/steps.py); the composition chapters of the book explain each step.
 
 It also takes T <= MAX_TOKENS tokens per sequence in one launch, speculative decoding's verify step
 (`gdn_block_tkg_verify` keeps every token's window and state): the weights stream once for all of
