@@ -52,6 +52,7 @@ ACTIVATION_SBUF_BYTES = 120 * 1024
 # cores): 2 gives the best likely time at three of the four and is within 0.7 us at the fourth.
 # More hold back the recurrence's first TensorE work where z has few chunks (Next TP4 on two
 # cores, 4 chunks: likely 50.3 us at 2, 53.0 at 3); fewer leave TensorE idle during the conv stage.
+# Still the best of 0 .. 3 at step 11 (Next TP4 B = 1, best: 44.01, 43.15, 42.89, 42.98 us).
 Z_CHUNKS_BEFORE_RECURRENCE = 2
 # PSUM banks gated_delta_rule_block may hold at once (its notes): queue_roles keeps one column
 # group of z's sums open through the recurrence, so only where that group fits the other banks
