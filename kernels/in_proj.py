@@ -520,4 +520,3 @@ def in_proj_kernel(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b):
     b = nl.ndarray((B, W_in_b.shape[1]), dtype=nl.bfloat16, buffer=nl.shared_hbm)
     in_proj_hbm((mixed_qkv, z, a, b), hidden, (W_in_qkv, W_in_z, W_in_a, W_in_b))
     return mixed_qkv, z, a, b
-
