@@ -168,10 +168,9 @@ def _weight_dma_queues(c, names, core):
 @shapes_param([SHARDS[0], SHARDS[4], model_shard("Qwen3-Next-80B", 4, B=8)])
 def test_queue_roles_moves_only_weight_queues_and_z_matmuls(lnc, shape):
     """Step 10 (gdn_block_tkg_queue_roles) against step 9: where z is projected after the
-    recurrence (step 9
-    issues z's weight DMAs after the first state load) every weight DMA moves to SyncE's queue,
-    and z's first matmul ahead of the last state store; elsewhere nothing moves. Same
-    instructions, same results bit for bit."""
+    recurrence (step 9 issues z's weight DMAs after the first state load) every weight DMA moves
+    to SyncE's queue, and z's first matmul ahead of the last state store; elsewhere nothing
+    moves. Same instructions, same results bit for bit."""
     x = make_inputs(shape, seed=17)
     before, after = _captures(gdn_block_tkg_loads_first, gdn_block_tkg_queue_roles, lnc, x)
     names = list(x)
