@@ -243,8 +243,7 @@ def project_pair(dst, hidden_T, W0, W1, c0=0):
     KT = W3.shape[1]
     n_chunks = _chunk_count(KT, 2 * P)
     for i in range(n_chunks):
-        kt0 = i * KT // n_chunks
-        g = (i + 1) * KT // n_chunks - kt0
+        kt0, g = _chunk_rows(KT, i, n_chunks)
         w_sb = nl.ndarray((nl.tile_size.pmax, 2, g, P), dtype=W0.dtype, buffer=nl.sbuf)
         issue_loads([(w_sb[:, 0], W3[:, kt0:kt0 + g, :]), (w_sb[:, 1], W3b[:, kt0:kt0 + g, :])])
         for j in range(g):
@@ -396,11 +395,16 @@ def _chunk_count(KT, width):
 def _weight_chunk(W3, c0, width, i, n_chunks):
     """Row chunk i of n_chunks of columns c0 .. c0 + width - 1 (balanced: sizes differ by <= 1
     row), not issued: (its SBUF tile, its rows of W3, its first row tile)."""
-    KT = W3.shape[1]
-    kt0 = i * KT // n_chunks
-    g = (i + 1) * KT // n_chunks - kt0
+    kt0, g = _chunk_rows(W3.shape[1], i, n_chunks)
     w_sb = nl.ndarray((nl.tile_size.pmax, g, width), dtype=W3.dtype, buffer=nl.sbuf)
     return (w_sb, W3[:, kt0:kt0 + g, c0:c0 + width], kt0)
+
+
+def _chunk_rows(KT, i, n_chunks):
+    """(first row tile, row tiles) of row chunk i of n_chunks over KT row tiles, balanced: sizes
+    differ by at most one."""
+    kt0 = i * KT // n_chunks
+    return kt0, (i + 1) * KT // n_chunks - kt0
 
 
 def _evict_banks(dst, banks):
