@@ -5,6 +5,8 @@ Building blocks (plain functions the fused kernel calls):
   project_rows(dst, hidden_T, W, col0)     a range of output channels of hidden @ W, row-major
                                            [B, n]: in SBUF, or straight to HBM rows
   project_columns(dst, hidden_T, W, col0)  the same range channel-major on chip, [P, T, B]
+  project_pair(dst, hidden_T, W0, W1, c0)  two narrow weights at once, one matmul per row tile
+  project_slices(dst, hidden_T, W, cols)   two column slices of one weight at once, the same way
 Entry point:
   in_proj_kernel(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b) -> mixed_qkv, z, a, b   (HBM -> HBM)
 
@@ -114,7 +116,7 @@ def project_rows(dst, hidden_T, W, col0=0):
         _rows_group(dst[:, c:c + min(width, n - c)], hidden_T, W3, col0 + c, chunks)
 
 
-def project_columns(dst, hidden_T, W, col0=0, loads=None, queue=None):
+def project_columns(dst, hidden_T, W, col0=0, loads=None, queue=None, by_block=False):
     """Project the token batch onto a range of W's output channels, channel-major on chip.
 
     Dimensions:
@@ -133,6 +135,10 @@ def project_columns(dst, hidden_T, W, col0=0, loads=None, queue=None):
             each weight chunk's DMA is issued here, just before its matmuls.
         queue: optional, the engine (nisa.engine.sync) whose hardware-DGE queue carries the
             weight DMAs issued here; None: the compiler's queues.
+        by_block: a column group whose sums fit one PSUM bank is evicted one P-column block at a
+            time, VectorE and ScalarE in turn, so that its first transpose waits for one block's
+            copy, not the bank's (at B = 1 a [1, 512] copy takes about as long as four of the
+            transposes it holds up).
 
     Returns:
         None; dst holds the projection.
@@ -153,12 +159,12 @@ def project_columns(dst, hidden_T, W, col0=0, loads=None, queue=None):
             acc += hidden_T[:, kt, :].T @ W[rows, col0:col0 + T * P]
         dst[...] = acc.reshape(B, T, P).transpose(2, 1, 0).astype(dst.dtype)
     """
-    p = open_columns(dst, hidden_T, W, col0, loads, queue)
+    p = open_columns(dst, hidden_T, W, col0, loads, queue, by_block)
     sum_columns(p, p["n_chunks"])
 
 
-def open_columns(dst, hidden_T, W, col0=0, loads=None, queue=None):
-    """`project_columns(dst, hidden_T, W, col0, loads, queue)` in steps: returns its state for
+def open_columns(dst, hidden_T, W, col0=0, loads=None, queue=None, by_block=False):
+    """`project_columns(dst, hidden_T, W, col0, loads, queue, by_block)` in steps: returns its state for
     `sum_columns`, which issues the matmuls of the next weight chunks (and a column group's
     evictions after its last chunk), so that a caller can place them in TensorE's program order."""
     W3, groups = _column_groups(dst, hidden_T, W, col0)
@@ -168,7 +174,7 @@ def open_columns(dst, hidden_T, W, col0=0, loads=None, queue=None):
         bounds.append(bounds[-1] + _chunk_count(W3.shape[1], group.shape[0] * group.shape[1]))
     return {"W3": W3, "groups": groups, "bounds": bounds, "hidden_T": hidden_T, "loads": loads,
             "queue": queue, "chunks": _token_chunks(hidden_T.shape[2]), "n_chunks": bounds[-1],
-            "next": 0, "accs": None}
+            "next": 0, "accs": None, "by_block": by_block}
 
 
 def sum_columns(p, n, hold=False):
@@ -198,16 +204,17 @@ def sum_columns(p, n, hold=False):
         if j == n_chunks - 1 and hold and i == p["n_chunks"] - 1:
             p["held"] = group
         elif j == n_chunks - 1:
-            _columns_evict(group, p["accs"], p["chunks"])
+            _columns_evict(group, p["accs"], p["chunks"], p["by_block"])
         p["next"] = i + 1
 
 
 def evict_columns(p):
     """The evictions and transposes of the last column group `sum_columns(p, n, hold=True)`
-    left in PSUM; nothing if its sums were evicted before (its last chunk summed without hold)."""
+    left in PSUM, whose banks are then free; nothing if its sums were evicted before (its last
+    chunk summed without hold)."""
     held = p.pop("held", None)
     if held is not None:
-        _columns_evict(held, p["accs"], p["chunks"])
+        _columns_evict(held, p.pop("accs"), p["chunks"], p["by_block"])
 
 
 def project_pair(dst, hidden_T, W0, W1, c0=0):
@@ -239,18 +246,7 @@ def project_pair(dst, hidden_T, W0, W1, c0=0):
            f"[n, 2, B], the two weights' {2 * P} sums in one PSUM bank (<= {fmax})",
            list(dst.shape))
     chunks = _token_chunks(hidden_T.shape[2])
-    accs = _new_accs(chunks, 2 * P)
-    KT = W3.shape[1]
-    n_chunks = _chunk_count(KT, 2 * P)
-    for i in range(n_chunks):
-        kt0, g = _chunk_rows(KT, i, n_chunks)
-        w_sb = nl.ndarray((nl.tile_size.pmax, 2, g, P), dtype=W0.dtype, buffer=nl.sbuf)
-        issue_loads([(w_sb[:, 0], W3[:, kt0:kt0 + g, :]), (w_sb[:, 1], W3b[:, kt0:kt0 + g, :])])
-        for j in range(g):
-            for c in range(len(chunks)):
-                b0, bb = chunks[c]
-                nisa.nc_matmul(dst=accs[c][0], stationary=hidden_T[:, kt0 + j, b0:b0 + bb],
-                               moving=w_sb[:, :, j, :], accumulate=(kt0 + j > 0))
+    accs = _pair_sums(hidden_T, (W3, W3b), (0, 0), P, chunks)
     for c in range(len(chunks)):
         b0, bb = chunks[c]
         sums = nl.ndarray((bb, 2, P), dtype=nl.float32, buffer=nl.sbuf)       # row-major, exact
@@ -260,6 +256,61 @@ def project_pair(dst, hidden_T, W0, W1, c0=0):
             nisa.nc_transpose(dst=ps[:, h, :], data=sums[:, h, c0:c0 + n],
                               engine=nisa.engine.tensor)
         evict(dst[:, :, b0:b0 + bb], ps, 2 * c + 1)
+
+
+def project_slices(dst, hidden_T, W, cols, queue=None):
+    """Two column slices of one weight at once, channel-major, with one matmul per row tile for
+    both: dst[:, i] = columns cols[i] .. cols[i] + T*P - 1 of hidden @ W, as project_columns
+    writes them (e.g. a program's q heads and its k heads of W_in_qkv).
+
+    Args:
+        dst: [P, 2, T, B] @ SBUF (any float dtype), written: dst[p, i, t, b] = (hidden @ W)[b,
+            cols[i] + t*P + p], summed in fp32, rounded once.
+        hidden_T: [128, KT, B] @ SBUF, bf16, as project_columns takes it.
+        W: [H, N] @ HBM, bf16.
+        cols: (first column of slice 0, first column of slice 1), Python ints.
+        queue: as project_columns'.
+
+    Notes:
+        - The two slices' chunks fill the halves of one SBUF tile [128, 2, rows, T*P], each half
+          one contiguous run per partition: both slices' 2 * T * P sums must fit one PSUM bank
+          (<= 512), so one matmul per row tile reads both, half project_columns' count on each.
+        - The sums are evicted a block at a time (project_columns' by_block).
+    """
+    P, _, T, B = dst.shape
+    width = T * P
+    expect(len(cols) == 2, "cols", "two first columns, one per slice", cols)
+    for i in range(2):
+        expect(0 <= cols[i] and cols[i] + width <= W.shape[1], "cols",
+               f"slices of {T}*{P} columns inside W's {W.shape[1]}", list(cols))
+    W3 = _weight_view(W, hidden_T, dst, 3, cols[0], width, f"{T}*{P}")
+    fmax = nl.tile_size.psum_bank_fmax
+    expect(2 * width <= fmax, "dst",
+           f"[P, 2, T, B], both slices' 2 * T * P sums in one PSUM bank (<= {fmax})",
+           list(dst.shape))
+    chunks = _token_chunks(B)
+    accs = _pair_sums(hidden_T, (W3, W3), cols, width, chunks, queue)
+    _columns_evict(dst.reshape((P, 2 * T, B)), accs, chunks, True)
+
+
+def _pair_sums(hidden_T, W3s, cols, width, chunks, queue=None):
+    """The fp32 sums of two column ranges, W3s[i][:, :, cols[i]:cols[i] + width] (each [128, KT,
+    N]), side by side in one PSUM bank per token chunk: accs[c][0] [tokens, 2 * width]. Each row
+    chunk's two DMAs fill the halves of one SBUF tile; one matmul per row tile reads both."""
+    accs = _new_accs(chunks, 2 * width)
+    KT = W3s[0].shape[1]
+    n_chunks = _chunk_count(KT, 2 * width)
+    for i in range(n_chunks):
+        kt0, g = _chunk_rows(KT, i, n_chunks)
+        w_sb = nl.ndarray((nl.tile_size.pmax, 2, g, width), dtype=W3s[0].dtype, buffer=nl.sbuf)
+        issue_loads([(w_sb[:, 0], W3s[0][:, kt0:kt0 + g, cols[0]:cols[0] + width]),
+                     (w_sb[:, 1], W3s[1][:, kt0:kt0 + g, cols[1]:cols[1] + width])], queue)
+        for j in range(g):
+            for c in range(len(chunks)):
+                b0, bb = chunks[c]
+                nisa.nc_matmul(dst=accs[c][0], stationary=hidden_T[:, kt0 + j, b0:b0 + bb],
+                               moving=w_sb[:, :, j, :], accumulate=(kt0 + j > 0))
+    return accs
 
 
 def column_weight_loads(dst, hidden_T, W, col0=0):
@@ -430,15 +481,19 @@ def _rows_group(dst, hidden_T, W3, c0, chunks):
             _evict_banks(dst[b0:b0 + bb, :], accs[c])
 
 
-def _columns_evict(dst, accs, chunks):
+def _columns_evict(dst, accs, chunks, by_block=False):
     """One column group of `project_columns` out of PSUM: dst [P, nt, B] channel-major, via fp32
-    row-major sums."""
+    row-major sums (by_block: as project_columns')."""
     P, nt, _ = dst.shape
     width = nt * P
     for c in range(len(accs)):
         b0, bb = chunks[c]
         sums = nl.ndarray((bb, width), dtype=nl.float32, buffer=nl.sbuf)     # row-major, exact
-        _evict_banks(sums, accs[c])
+        if by_block and len(accs[c]) == 1:
+            for t in range(nt):
+                evict(sums[:, t * P:(t + 1) * P], accs[c][0][:, t * P:(t + 1) * P], t)
+        else:
+            _evict_banks(sums, accs[c])
         per_bank = nl.tile_size.psum_bank_fmax // bb       # [P, bb] fp32 transposes per bank
         for i0 in range(0, nt, per_bank):
             m = min(per_bank, nt - i0)

@@ -19,7 +19,7 @@ import nki.language as nl
 import nkicpu
 from kernels.configs import GDNShape
 from kernels.in_proj import (MIN_SLICE_RUN_BYTES, in_proj_kernel, load_hidden_T, project_columns, project_pair,
-                             project_rows)
+                             project_rows, project_slices)
 from kernels.reference import in_proj_ref, make_inputs, to_numpy, to_torch
 from nkicpu import costs
 from tests.gdn_testing import (SHARD_SHAPES, TINY_SHAPES, assert_output_close, hbm_runs, run_unmodified,
@@ -211,13 +211,13 @@ def test_batch_rows_stay_apart():
 
 
 @nki.jit
-def _per_head_kernel(hidden, W, col0, n_heads, head_dim):
+def _per_head_kernel(hidden, W, col0, n_heads, head_dim, by_block=False):
     """project_columns as the fused kernel uses it: heads col0/head_dim .. of W, [head_dim, n_heads, B]."""
     B, _, H = hidden.shape
     hid = nl.ndarray((128, B, H // 128), dtype=nl.bfloat16, buffer=nl.sbuf)
     hidden_T = load_hidden_T(hid, hidden)
     heads = nl.ndarray((head_dim, n_heads, B), dtype=nl.bfloat16, buffer=nl.sbuf)
-    project_columns(heads, hidden_T, W, col0=col0)
+    project_columns(heads, hidden_T, W, col0=col0, by_block=by_block)
     out = nl.ndarray((head_dim, n_heads, B), dtype=nl.bfloat16, buffer=nl.shared_hbm)
     nisa.dma_copy(dst=out, src=heads)
     return out
@@ -343,6 +343,82 @@ def test_project_pair_rejects_misuse():
     with pytest.raises(AssertionError, match=r"dst: expected \[n, 2, B\], the two weights' 600 sums in "
                                              r"one PSUM bank \(<= 512\), got \[2, 2, 2\]"):
         nki.simulate(_pair_kernel)(hidden, wide, wide, 0, 2)
+
+
+@pytest.mark.parametrize("shape, n_heads", [
+    (SHARD_SHAPES[0].with_batch(1), 4),               # one bank: evicted by block
+    (SHARD_SHAPES[0].with_batch(3), 8),               # two banks: evicted whole either way
+    (WIDE_BATCH.with_batch(130), 2),                  # two token chunks, a bank each
+], ids=["one-bank-B1", "two-banks-B3", "B130"])
+def test_project_columns_by_block_changes_no_bit(shape, n_heads):
+    """by_block: a one-bank group's sums leave PSUM a 128-column block at a time, VectorE and
+    ScalarE in turn; the projection is the same bit for bit, and the copies are one per block."""
+    hidden, W = stage_inputs(shape)[:2]
+    whole = nki.simulate(_per_head_kernel)(hidden, W, 0, n_heads, 128)
+    cap = nkicpu.capture(_per_head_kernel)(hidden, W, 0, n_heads, 128, True)
+    assert np.array_equal(cap.outputs.view(np.uint16), whole.view(np.uint16))
+    sums = {a.alloc for i in cap.instructions if i.opcode == "nc_matmul" for a in i.writes}
+    copies = [i for i in cap.instructions if i.opcode == "tensor_copy" and i.reads[0].alloc in sums]
+    one_bank = n_heads * 128 <= 512
+    per_chunk = n_heads if one_bank else -(-n_heads * 128 // 512)
+    assert len(copies) == per_chunk * -(-shape.B // 128)
+    assert {i.engine for i in copies} == {"vector", "scalar"}
+
+
+@nki.jit
+def _slices_kernel(hidden, W, c0, c1, n_heads):
+    """project_slices: n_heads heads of W from column c0 and from c1, [128, 2, n_heads, B]."""
+    B, _, H = hidden.shape
+    hid = nl.ndarray((128, B, H // 128), dtype=nl.bfloat16, buffer=nl.sbuf)
+    hidden_T = load_hidden_T(hid, hidden)
+    dst = nl.ndarray((128, 2, n_heads, B), dtype=nl.bfloat16, buffer=nl.sbuf)
+    project_slices(dst, hidden_T, W, (c0, c1))
+    out = nl.ndarray((128, 2, n_heads, B), dtype=nl.bfloat16, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=dst)
+    return out
+
+
+@pytest.mark.parametrize("shape, c0, c1, n_heads", [
+    (SHARD_SHAPES[0].with_batch(1), 256, 768, 2),     # Qwen3-Next-80B TP4, LNC=2: program 1's q | k
+    (SHARD_SHAPES[0].with_batch(3), 0, 512, 1),
+    (WIDE_BATCH.with_batch(130), 128, 640, 2),
+], ids=["program1-B1", "B3", "B130"])
+def test_project_slices_matches_project_columns(shape, c0, c1, n_heads):
+    """project_slices against the reference's columns, and against project_columns on each slice
+    apart: the same sums, bit for bit, with one matmul per row tile for both slices."""
+    args = stage_inputs(shape)
+    hidden, W = args[0], args[1]
+    cap = nkicpu.capture(_slices_kernel)(hidden, W, c0, c1, n_heads)
+    got = cap.outputs
+    mixed = reference(args)[0]
+    for i, col in enumerate((c0, c1)):
+        want = mixed[:, col:col + n_heads * 128].reshape(shape.B, n_heads, 128).transpose(2, 1, 0)
+        assert_output_close(got[:, i], np.ascontiguousarray(want), "slices")
+        apart = nki.simulate(_per_head_kernel)(hidden, W, col, n_heads, 128)
+        assert np.array_equal(got[:, i].view(np.uint16), apart.view(np.uint16))
+    assert sum(i.opcode == "nc_matmul" for i in cap.instructions) == shape.H // 128 * -(-shape.B // 128)
+
+
+def test_project_slices_rejects_misuse():
+    hidden, W = stage_inputs(SMALL)[:2]                    # W: [256, 128] (q | k | v of 32 columns)
+    with pytest.raises(AssertionError, match=r"cols: expected slices of 2\*32 columns inside W's 128, "
+                                             r"got \[0, 96\]"):
+        nki.simulate(_slices_kernel_small)(hidden, W, 0, 96, 2)
+    wide = np.zeros((SMALL.H, 1024), BF16)
+    with pytest.raises(AssertionError, match=r"dst: expected \[P, 2, T, B\], both slices' 2 \* T \* P sums "
+                                             r"in one PSUM bank \(<= 512\), got \[32, 2, 9, 2\]"):
+        nki.simulate(_slices_kernel_small)(hidden, wide, 0, 512, 9)
+
+
+@nki.jit
+def _slices_kernel_small(hidden, W, c0, c1, n_heads):
+    """project_slices with heads of 32 channels."""
+    B, _, H = hidden.shape
+    hid = nl.ndarray((128, B, H // 128), dtype=nl.bfloat16, buffer=nl.sbuf)
+    hidden_T = load_hidden_T(hid, hidden)
+    dst = nl.ndarray((32, 2, n_heads, B), dtype=nl.bfloat16, buffer=nl.sbuf)
+    project_slices(dst, hidden_T, W, (c0, c1))
+    return dst
 
 
 # -- validation: one test per check ---------------------------------------------------------------
