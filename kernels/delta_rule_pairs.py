@@ -82,7 +82,13 @@ def head_params(A_log, dt_bias, P):
     """[P, 2, nv] fp32: -exp(A_log) and dt_bias of every head on every partition.
 
     The [nv, 1] columns become rows by TensorE transposes (exact), and a K = 1 matmul copies the
-    row to P partitions: no sum over heads, so a non-finite head stays in its own column."""
+    row to P partitions: no sum over heads, so a non-finite head stays in its own column. In two
+    parts, head_row then head_broadcast, which a caller may issue apart."""
+    return head_broadcast(head_row(A_log, dt_bias), P)
+
+
+def head_row(A_log, dt_bias):
+    """head_params' row, [1, 2, nv] fp32: -exp(A_log), dt_bias (two transposes, ScalarE's exp)."""
     nv = A_log.shape[0]
     row = nl.ndarray((1, 2, nv), nl.float32, name="head_row")
     for i in range(2):
@@ -94,6 +100,12 @@ def head_params(A_log, dt_bias, P):
         nisa.tensor_copy(row[:, i, :], t_ps)
     nisa.activation(row[:, 0, :], op=nl.exp, data=row[:, 0, :])
     nisa.tensor_scalar(row[:, 0, :], row[:, 0, :], op0=nl.multiply, operand0=-1.0)   # -exp(A_log)
+    return row
+
+
+def head_broadcast(row, P):
+    """head_params from head_row's row: [P, 2, nv], the row on P partitions (one K = 1 matmul)."""
+    nv = row.shape[2]
     ones = nl.ndarray((1, P), nl.float32, name="ones_row")
     nisa.memset(ones, 1.0)
     hp_ps = nl.ndarray((P, 2, nv), nl.float32, buffer=nl.psum, name="heads_psum")

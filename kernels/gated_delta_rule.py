@@ -178,7 +178,7 @@ def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurren
     return ring
 
 
-def prepare_gates(ab, A_log, dt_bias, ones, o_dtype):
+def prepare_gates(ab, A_log, dt_bias, ones, o_dtype, hp=None):
     """The gates of the first chunk of pairs of T calls of gated_delta_rule_block (one per token
     of the same sequences), before any of them runs: they read only a, b and the head
     parameters, so that a caller can issue them as soon as a and b are projected. A function
@@ -190,12 +190,15 @@ def prepare_gates(ab, A_log, dt_bias, ones, o_dtype):
         A_log, dt_bias (nl.ndarray): [nv, 1] @ SBUF, fp32.
         ones (nl.ndarray): fold_ones(dk, dv, nv).
         o_dtype: the dtype of each call's o.
+        hp (nl.ndarray): optional, head_params(A_log, dt_bias, ones.shape[0]) issued before, where
+            the caller wants it (A_log and dt_bias are then not read); None: issued here.
 
     Returns:
         A list of T dicts: each call's `first` once prepare_qk has run.
     """
     ident = identity()
-    hp = head_params(A_log, dt_bias, ones.shape[0])
+    if hp is None:
+        hp = head_params(A_log, dt_bias, ones.shape[0])
     firsts = []
     for t in range(len(ab)):
         a, b = ab[t]
