@@ -43,7 +43,7 @@ REPORT = "first_contact.json"
 FORMAT = "nki-gdn-book first contact v1"
 MODELED = "modeled (trn2 cost model)"
 KERNELS = on_trn.RUNNABLE      # every single-launch kernel of kernels.registry
-PROFILED = "11_off_path"   # the fused kernel, LNC=1: the one profile captured
+PROFILED = "12_ready_first"   # the fused kernel, LNC=1: the one profile captured
 CPU_LABEL = "CPU model (nkicpu): no kernel ran on a device; every time here is modeled"
 DEVICE_LABEL = (f"device run on trn2; times labelled {on_trn.MEASURED!r} are measured, "
                 "the rest modeled")

@@ -3,7 +3,7 @@
     python -m benchmarks.sweep                      # the full sweep (a few minutes on 2 cores)
     python -m benchmarks.sweep --quick              # one small shard, B = 1 and 8, T = 1 and 2
     python -m benchmarks.sweep --stages in_proj,gated_delta_rule --configs Qwen3-Next-80B-TP4 --batches 1,64
-    python -m benchmarks.sweep --stages 11_off_path,verify --configs Qwen3-Next-80B-TP4 --batches 1 --tokens 1,2,4,8
+    python -m benchmarks.sweep --stages 12_ready_first,verify --configs Qwen3-Next-80B-TP4 --batches 1 --tokens 1,2,4,8
 
 For every configuration (`kernels.configs.SWEEP_SHARDS`: Qwen3-Next-80B TP1 and TP4, Qwen3.5-0.8B
 TP1, 9B TP2, 27B TP8, 397B-A17B TP16), batch (`SWEEP_BATCHES`: 1, 8, 32, 64) and kernel variant
@@ -18,7 +18,7 @@ of the block's minimal bytes on its cores and the likely estimate's floor under 
 the CPU model took.
 
 The entries that take several tokens per sequence (`max_tokens` in the registry: the fused
-kernel, step 11, and its verify form) also run with hidden [B, T, H] for every T > 1 of --tokens
+kernel, step 12, and its verify form) also run with hidden [B, T, H] for every T > 1 of --tokens
 (`SWEEP_TOKENS`: 2, 4, 8, at `SWEEP_TOKEN_BATCHES`: B = 1 and 8, or at --batches when given), on
 `kernels.reference.token_inputs`. Every row says its T and its modeled time per token,
 modeled_us / (B x T); a T > 1 row also its modeled time over the same variant's T = 1 row (T
@@ -84,7 +84,7 @@ COST_MODEL_SOURCE = (
 # What each row field means; copied into the JSON so that no figure can be mistaken for another.
 FIELDS = {
     "variant": "kernel variant (kernels.registry): a stage, gdn_tkg, a composition step "
-               "'<n>_<name>', or 'verify' (step 11 keeping every token's window and state)",
+               "'<n>_<name>', or 'verify' (step 12 keeping every token's window and state)",
     "kind": "'stage' or 'composition'",
     "kernel": "module:function of the @nki.jit entry point (of the host function for a multi-launch step)",
     "lnc": "NeuronCores of one launch (kernel[lnc]); the roofline is over all of them",

@@ -10,15 +10,16 @@ weights, the two states and the output. The stages' building blocks, called as t
   gated_delta_rule_block              stage 4
   rmsnorm_gated_tile                  stage 5
 
-It is composition step 11: where z is projected after the recurrence, every weight but a | b
+It is composition step 12: where z is projected after the recurrence, every weight but a | b
 streams on SyncE's hardware-DGE queue in the order TensorE reads it, z last, and z's matmuls run as
 its chunks land: two after the conv stage, the rest after the recurrence (with T tokens, some in
-the TensorE waits between their updates). The small inputs (A_log, dt_bias, norm_weight, the conv
-windows and weights) load ahead of the first weight chunk, the conv windows turn while the weights
-stream, a and b share one matmul per row tile and their gates are prepared as they land (launched
-as gdn_block_tkg[2], value heads split between the two NeuronCores of an LNC=2 launch grid, each
-projecting only its own key heads' q | k columns). Steps 3 to 10 are the same body with switches
-off (kernels/steps.py); the composition chapters of the book explain each step.
+the TensorE waits between their updates); where z goes first, its sums wait in PSUM until the conv
+is done. The small inputs (A_log, dt_bias, norm_weight, the conv windows and weights) load ahead of
+the first weight chunk, the conv windows turn while the weights stream, a and b share one matmul
+per row tile and their gates are prepared as they land (launched as gdn_block_tkg[2], value heads
+split between the two NeuronCores of an LNC=2 launch grid, each projecting only its own key heads'
+q | k columns, both in one matmul per row tile). Steps 3 to 11 are the same body with switches off
+(kernels/steps.py); the composition chapters of the book explain each step.
 
 It also takes T <= MAX_TOKENS tokens per sequence in one launch, speculative decoding's verify step
 (`gdn_block_tkg_verify` keeps every token's window and state): the weights stream once for all of
@@ -31,7 +32,7 @@ import nki.language as nl
 from .checks import expect
 from .conv1d_decode import (conv1d_decode_channels, load_windows, slide_windows, store_windows,
                             window_chunks)
-from .delta_rule_pairs import pair_ring, pair_steps
+from .delta_rule_pairs import head_broadcast, head_row, pair_ring, pair_steps
 from .delta_rule_state import fold_ones
 from .gated_delta_rule import (PREPARED_PAIR_BYTES, first_chunk_pairs, gated_delta_rule_block,
                                load_head_params, prepare_gates, prepare_qk, ring_holds_state)
@@ -39,7 +40,7 @@ from .gqa_repeat import expand_key_heads
 from .gdn_block_checks import MAX_TOKENS, block_dims, check_block_dtypes
 from .in_proj import (BF16_BYTES, MIN_SLICE_RUN_BYTES, column_weight_loads, issue_loads,
                       evict_columns, load_hidden_T, open_columns, project_columns, project_pair,
-                      sum_columns)
+                      project_slices, sum_columns)
 from .layout import load_channel_major, store_rows
 from .rmsnorm_gated import load_norm_weight, rmsnorm_gated_tile, rmsnorm_rstd
 
@@ -52,7 +53,8 @@ ACTIVATION_SBUF_BYTES = 120 * 1024
 # cores): 2 gives the best likely time at three of the four and is within 0.7 us at the fourth.
 # More hold back the recurrence's first TensorE work where z has few chunks (Next TP4 on two
 # cores, 4 chunks: likely 50.3 us at 2, 53.0 at 3); fewer leave TensorE idle during the conv stage.
-# Still the best of 0 .. 3 at step 11 (Next TP4 B = 1, best: 44.01, 43.15, 42.89, 42.98 us).
+# Still the best of 0 .. 3 at steps 11 and 12 (Next TP4 B = 1, best, one core: 44.01, 43.15,
+# 42.89, 42.98 us; two cores, likely: 41.96, 40.89, 40.63, 41.24).
 Z_CHUNKS_BEFORE_RECURRENCE = 2
 # PSUM banks gated_delta_rule_block may hold at once (its notes): queue_roles keeps one column
 # group of z's sums open through the recurrence, so only where that group fits the other banks
@@ -132,7 +134,8 @@ def gdn_block_tkg(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_st
     return gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state,
                           A_log, dt_bias, norm_weight, recurrent_state, gqa_by_index=True,
                           place_z=True, qk_slices=True, z_early=True, loads_first=True,
-                          queue_roles=True, off_path=True, max_tokens=MAX_TOKENS)
+                          queue_roles=True, off_path=True, ready_first=True,
+                          max_tokens=MAX_TOKENS)
 
 
 @nki.jit
@@ -158,16 +161,17 @@ def gdn_block_tkg_verify(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, 
     return gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state,
                           A_log, dt_bias, norm_weight, recurrent_state, gqa_by_index=True,
                           place_z=True, qk_slices=True, z_early=True, loads_first=True,
-                          queue_roles=True, off_path=True, max_tokens=MAX_TOKENS, verify=True)
+                          queue_roles=True, off_path=True, ready_first=True,
+                          max_tokens=MAX_TOKENS, verify=True)
 
 
 def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
                    dt_bias, norm_weight, recurrent_state, gqa_by_index, place_z, qk_slices,
                    z_early=False, loads_first=False, queue_roles=False, off_path=False,
-                   max_tokens=1, verify=False):
-    """The fused body; the seven switches are composition steps 4, 5, 7, 8, 9, 10 and 11
-    (kernels/steps.py; z_early, loads_first, queue_roles and off_path are off unless given, as in
-    every step before 8, 9, 10 and 11).
+                   ready_first=False, max_tokens=1, verify=False):
+    """The fused body; the eight switches are composition steps 4, 5, 7, 8, 9, 10, 11 and 12
+    (kernels/steps.py; z_early, loads_first, queue_roles, off_path and ready_first are off unless
+    given, as in every step before 8, 9, 10, 11 and 12).
 
     hidden [B, T, H] with T <= max_tokens: the projections and the conv take the B * T tokens at
     once (column b * T + t of every activation tile), the recurrence runs token by token.
@@ -253,14 +257,30 @@ def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
     # 256 at Qwen3-Next-80B TP1, Qwen3.5-0.8B TP1, 9B TP2) keep step 8's order: tiles that live
     # from the start leave the activations no room in SBUF there.
     first = loads_first and _one_chunk(groups, K)
+    # Each token's first chunk of pairs prepared before the first state update (its gates as
+    # soon as a and b are projected, where the head parameters are loaded by then): T tokens, so
+    # that only the state update is left between two tokens; off_path, one token too, so that
+    # ScalarE's gate functions and their table loads run while the weights stream
+    ahead = ((T > 1 or off_path)
+             and T * first_chunk_pairs(B, nh) * PREPARED_PAIR_BYTES <= TOKENS_AHEAD_SBUF_BYTES)
+    # ready_first: the head parameters' row (two transposes, ScalarE's exp) before the windows'
+    # transposes, its broadcast matmul before a | b's: TensorE no longer waits for the exp's table
+    head = ready_first and ahead and first
     if first:
         A_sb = _column(A_log, h0, nh, "A_log")
         dt_sb = _column(dt_bias, h0, nh, "dt_bias")
         norm_w = _column(norm_weight, 0, dv, "norm_weight")
+        if head:
+            hrow = head_row(A_sb, dt_sb)
         loaded = []
         for i in range(len(groups)):
             dst, _, c0 = groups[i]
             loaded.append(load_windows(conv_weight, conv_state, c0, dst.shape[0], dst.shape[1], T))
+    ones = None
+    hp = None
+    if head:
+        ones = fold_ones(dk, dv, nh)
+        hp = head_broadcast(hrow, ones.shape[0])
     if off_path:    # a | b: one matmul per row tile for both, this program's heads transposed out
         # (their two DMAs on the compiler's queues, beside the weights' stream on SyncE's)
         ab = nl.ndarray((nh, 2, N), nl.bfloat16, name="ab")
@@ -270,31 +290,40 @@ def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
     else:
         a = _heads_of(_projected((nv, N), hidden_T, W_in_a, "a", wq), h0, nh, "a_heads")
         b = _heads_of(_projected((nv, N), hidden_T, W_in_b, "b", wq), h0, nh, "b_heads")
-    # Each token's first chunk of pairs prepared before the first state update (its gates as
-    # soon as a and b are projected, where the head parameters are loaded by then): T tokens, so
-    # that only the state update is left between two tokens; off_path, one token too, so that
-    # ScalarE's gate functions and their table loads run while the weights stream
-    ahead = ((T > 1 or off_path)
-             and T * first_chunk_pairs(B, nh) * PREPARED_PAIR_BYTES <= TOKENS_AHEAD_SBUF_BYTES)
     firsts = None
-    ones = None
     if ahead and first:
-        ones = fold_ones(dk, dv, nh)
-        firsts = _gates_ahead(a, b, A_sb, dt_sb, ones, T)
-    if sliced:
+        if ones is None:
+            ones = fold_ones(dk, dv, nh)
+        firsts = _gates_ahead(a, b, A_sb, dt_sb, ones, T, hp)
+    # ready_first: a one-bank projection's sums evicted a block at a time (project_columns'
+    # by_block), and the q and k slices in one matmul per row tile, as a | b, where both fit a bank
+    if sliced and ready_first and 2 * nkh * dk <= nl.tile_size.psum_bank_fmax:
+        project_slices(qk, hidden_T, W_in_qkv, (k0 * dk, key_dim + k0 * dk), queue=wq)
+    elif sliced:
         for i in range(2):
-            project_columns(qk[:, i], hidden_T, W_in_qkv, col0=i * key_dim + k0 * dk, queue=wq)
+            project_columns(qk[:, i], hidden_T, W_in_qkv, col0=i * key_dim + k0 * dk, queue=wq,
+                            by_block=ready_first)
     else:
-        project_columns(qk.reshape((dk, 2 * nk, N)), hidden_T, W_in_qkv, queue=wq)
-    project_columns(v, hidden_T, W_in_qkv, col0=2 * key_dim + h0 * dv, queue=wq)
+        project_columns(qk.reshape((dk, 2 * nk, N)), hidden_T, W_in_qkv, queue=wq,
+                        by_block=ready_first)
+    project_columns(v, hidden_T, W_in_qkv, col0=2 * key_dim + h0 * dv, queue=wq,
+                    by_block=ready_first)
     z = nl.ndarray((dv, nh, N), nl.bfloat16, name="z")
     z_open = None
-    if not z_last:
+    z_held = None
+    if not z_last and ready_first:
+        # z's matmuls as its chunks land, its evictions after the conv (below): VectorE runs in
+        # program order, and the conv, ready once v is evicted, would wait behind z's evictions,
+        # which wait for z's last weight byte
+        z_held = open_columns(z, hidden_T, W_in_z, col0=h0 * dv, by_block=True)
+        sum_columns(z_held, z_held["n_chunks"], hold=True)
+    elif not z_last:
         project_columns(z, hidden_T, W_in_z, col0=h0 * dv)
     elif wq is not None:          # z's DMAs now, on the queue behind v's; its matmuls as they land
         z_first = column_weight_loads(z, hidden_T, W_in_z, col0=h0 * dv)
         issue_loads(z_first, wq)
-        z_open = open_columns(z, hidden_T, W_in_z, col0=h0 * dv, loads=z_first)
+        z_open = open_columns(z, hidden_T, W_in_z, col0=h0 * dv, loads=z_first,
+                              by_block=ready_first)
 
     # stage 2: the conv window of this program's q and k heads (dk-channel tiles) and v heads (dv)
     # (first: every group's conv before any new window's transposes and store)
@@ -315,6 +344,8 @@ def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
         window_queue = nisa.engine.sync
     for i in range(len(windows)):
         store_windows(new_conv_state, windows[i], window_queue)
+    if z_held is not None:
+        evict_columns(z_held)
     if z_open is not None:
         sum_columns(z_open, Z_CHUNKS_BEFORE_RECURRENCE)
 
@@ -387,7 +418,7 @@ def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
     elif z_open is not None:      # queue_roles: z's chunks the recurrence left
         sum_columns(z_open, z_open["n_chunks"])
     elif z_last:
-        project_columns(z, hidden_T, W_in_z, col0=h0 * dv, loads=z_loads)
+        project_columns(z, hidden_T, W_in_z, col0=h0 * dv, loads=z_loads, by_block=ready_first)
 
     # stage 5, then the only activation store: each token's row of this program's heads
     if not first:
@@ -405,12 +436,12 @@ def _kept(ring, keep):
     return None
 
 
-def _gates_ahead(a, b, A_sb, dt_sb, ones, T):
+def _gates_ahead(a, b, A_sb, dt_sb, ones, T, hp=None):
     """prepare_gates on each token's a and b columns."""
     ab = []
     for t in range(T):
         ab.append((_token(a, t, T), _token(b, t, T)))
-    return prepare_gates(ab, A_sb, dt_sb, ones, nl.bfloat16)
+    return prepare_gates(ab, A_sb, dt_sb, ones, nl.bfloat16, hp)
 
 
 def _stage(stages, t, T):

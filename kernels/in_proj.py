@@ -164,9 +164,10 @@ def project_columns(dst, hidden_T, W, col0=0, loads=None, queue=None, by_block=F
 
 
 def open_columns(dst, hidden_T, W, col0=0, loads=None, queue=None, by_block=False):
-    """`project_columns(dst, hidden_T, W, col0, loads, queue, by_block)` in steps: returns its state for
-    `sum_columns`, which issues the matmuls of the next weight chunks (and a column group's
-    evictions after its last chunk), so that a caller can place them in TensorE's program order."""
+    """`project_columns(dst, hidden_T, W, col0, loads, queue, by_block)` in steps: returns its
+    state for `sum_columns`, which issues the matmuls of the next weight chunks (and a column
+    group's evictions after its last chunk), so that a caller can place them in TensorE's program
+    order."""
     W3, groups = _column_groups(dst, hidden_T, W, col0)
     bounds = [0]                             # weight chunks before each group, and in all
     for i in range(len(groups)):

@@ -113,12 +113,16 @@ ENTRIES = _STAGE_ENTRIES + (
           "stream"),
     _step(10, "10_queue_roles", "kernels.steps:gdn_block_tkg_queue_roles",
           "z last: every weight on one queue in TensorE's order, z's matmuls as its chunks land"),
-    _step(11, "11_off_path", "kernels.gdn_block:gdn_block_tkg",
+    _step(11, "11_off_path", "kernels.steps:gdn_block_tkg_off_path",
           "small work off the critical path: a and b in one matmul per row tile; the gates, "
-          "window stores, z's matmuls and the norm's rsqrt moved", max_tokens=MAX_TOKENS),
+          "window stores, z's matmuls and the norm's rsqrt moved"),
+    _step(12, "12_ready_first", "kernels.gdn_block:gdn_block_tkg",
+          "ready work first in each engine's order: z's evictions after the conv, q and k in one "
+          "matmul per row tile, the head parameters ahead, one-bank sums evicted by block",
+          max_tokens=MAX_TOKENS),
     Entry("verify", "kernels.gdn_block:gdn_block_tkg_verify",
           "kernels.reference:gdn_block_tkg_verify_ref", BLOCK_ARGS, VERIFY_OUTPUTS,
-          "step 11 keeping every token's window and state: speculative decoding's verify step",
+          "step 12 keeping every token's window and state: speculative decoding's verify step",
           max_tokens=MAX_TOKENS),
 )
 BY_NAME = {e.name: e for e in ENTRIES}

@@ -1,7 +1,7 @@
-"""The composition ladder: the entry points of composition steps 0 to 10, each with its number.
+"""The composition ladder: the entry points of composition steps 0 to 11, each with its number.
 
 Every step runs the whole decode step with the arguments and results of `gdn_block_tkg`, which is
-step 11 (`kernels/gdn_block.py`).
+step 12 (`kernels/gdn_block.py`).
 
   0  gdn_block_staged          the five stage kernels, five launches, activations through HBM
   1  gdn_block_staged_tkg      stages 4 and 5 fused into `gdn_tkg`: four launches
@@ -20,6 +20,8 @@ step 11 (`kernels/gdn_block.py`).
                                compiler's queues and z's matmuls after the recurrence
  10  gdn_block_tkg_queue_roles where z is last, every weight on SyncE's queue in TensorE's order,
                                z's matmuls as its chunks land
+ 11  gdn_block_tkg_off_path    a | b in one matmul per row tile, the first token's gates prepared
+                               as a and b land, small stores and functions moved off the path
 
 Steps 0 and 1 are host code: each launch is a standalone `@nki.jit` kernel reading and writing HBM.
 """
@@ -187,3 +189,16 @@ def gdn_block_tkg_queue_roles(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_wei
     return gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
                           dt_bias, norm_weight, recurrent_state, gqa_by_index=True, place_z=True,
                           qk_slices=True, z_early=True, loads_first=True, queue_roles=True)
+
+
+@nki.jit
+def gdn_block_tkg_off_path(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state,
+                           A_log, dt_bias, norm_weight, recurrent_state):
+    """Step 11: `gdn_block_tkg`'s body with z's evictions before the conv where z is first, q and
+    k sliced in a matmul each per row tile, the head parameters broadcast inside the gates'
+    preparation and every projection's bank evicted whole. Arguments and results as
+    gdn_block_tkg."""
+    return gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
+                          dt_bias, norm_weight, recurrent_state, gqa_by_index=True, place_z=True,
+                          qk_slices=True, z_early=True, loads_first=True, queue_roles=True,
+                          off_path=True)

@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures"
 FIXTURE_LABEL = "hand-made fixture from the documented schema (not a capture)"
 SMALL = ["--config", "Qwen3.5-0.8B-TP8", "--batch", "1"]   # nk = nv = 2: LNC=2 splits the heads
-SUBSET = "in_proj,11_off_path,6_lnc2"
+SUBSET = "in_proj,12_ready_first,6_lnc2"
 
 
 @pytest.mark.skipif(kernels.NKI_BACKEND != "nkicpu", reason="the --cpu report runs the CPU model")

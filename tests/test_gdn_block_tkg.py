@@ -18,8 +18,9 @@ import nkicpu
 from kernels.configs import SWEEP_SHARDS, TEST_SHARDS, GDNShape, model_shard
 from kernels.gdn_block import gdn_block_tkg, gdn_block_tkg_verify
 from kernels.in_proj import MIN_SLICE_RUN_BYTES
-from kernels.steps import (gdn_block_tkg_loads_first, gdn_block_tkg_queue_roles,
-                           gdn_block_tkg_whole_qk, gdn_block_tkg_z_early, gdn_block_tkg_z_queued)
+from kernels.steps import (gdn_block_tkg_loads_first, gdn_block_tkg_off_path,
+                           gdn_block_tkg_queue_roles, gdn_block_tkg_whole_qk,
+                           gdn_block_tkg_z_early, gdn_block_tkg_z_queued)
 from nkicpu.schedule import lanes as schedule_lanes
 from kernels.reference import gdn_block_tkg_ref, make_inputs, to_numpy, to_torch
 from tests.gdn_float64 import np_block
@@ -204,13 +205,13 @@ def test_queue_roles_only_where_z_fits_psum_beside_the_recurrence(lnc):
 @pytest.mark.parametrize("lnc", [1, 2])
 @shapes_param([SHARDS[0], SHARDS[3], SHARDS[4], SHARDS[7]])
 def test_off_path_moves_only_the_small_work(lnc, shape):
-    """Step 11 (gdn_block_tkg) against step 10, on each core: one matmul per row tile reads a | b
+    """Step 11 (gdn_block_tkg_off_path) against step 10, on each core: one matmul per row tile reads a | b
     where step 10 had one each, and no SBUF -> SBUF copy of a program's heads; the gates' first
     function before the conv's silu on ScalarE; where z is first the windows' stores on SyncE's
     queue; where z is last the norm's rsqrt before the last silu (z's); no z matmul among the
     recurrence's. Same results bit for bit."""
     x = make_inputs(shape, seed=18)
-    before, after = _captures(gdn_block_tkg_queue_roles, gdn_block_tkg, lnc, x)
+    before, after = _captures(gdn_block_tkg_queue_roles, gdn_block_tkg_off_path, lnc, x)
     names = list(x)
     ab = {before.arguments[names.index(n)] for n in ("W_in_a", "W_in_b")}
     KT = shape.H // 128
@@ -240,6 +241,71 @@ def test_off_path_moves_only_the_small_work(lnc, shape):
             assert (max(k for k, a in enumerate(acts) if a == "rsqrt") < last_silu) == first
         assert _z_matmuls_in_recurrence(after, core) == 0
     assert _same_results(after, before)
+
+
+@pytest.mark.parametrize("lnc", [1, 2])
+@shapes_param([SHARDS[0], SHARDS[3], SHARDS[4], SHARDS[7]])
+def test_ready_first_moves_ready_work_ahead(lnc, shape):
+    """Step 12 (gdn_block_tkg) against step 11, on each core: z's first eviction after the conv's
+    first VectorE instruction (step 11: before it where z is first); where a program projects q
+    and k slices, half their matmuls; the head parameters' broadcast before a | b's first matmul;
+    a one-bank projection's sums copied out of PSUM a 128-column block at a time. Same results
+    bit for bit."""
+    x = make_inputs(shape, seed=19)
+    before, after = _captures(gdn_block_tkg_off_path, gdn_block_tkg, lnc, x)
+    names = list(x)
+    KT = shape.H // 128
+    sliced = lnc == 2 and shape.nk // 2 * shape.dk * 2 >= MIN_SLICE_RUN_BYTES
+    for core in range(lnc):
+        qkv = [_weight_matmuls(c, names, "W_in_qkv", core) for c in (before, after)]
+        assert len(qkv[1]) == len(qkv[0]) - KT * sliced
+        order = []
+        for c in (before, after):
+            ins = [i for i in c.instructions if i.core == core]
+            z_sums = {a.alloc for i in _weight_matmuls(c, names, "W_in_z", core) for a in i.writes}
+            z_out = min(k for k, i in enumerate(ins) if i.opcode != "nc_matmul"
+                        and any(a.alloc in z_sums for a in i.reads))
+            conv = min(k for k, i in enumerate(ins) if i.engine == "vector" and any(
+                c.allocations[a.alloc].name == "conv_prod" for a in i.writes))
+            heads = min(k for k, i in enumerate(ins) if any(
+                c.allocations[a.alloc].name == "heads_psum" for a in i.writes))
+            ab = min(ins.index(i) for i in _weight_matmuls(c, names, "W_in_a", core))
+            order.append((z_out > conv, heads < ab))
+        z_first = not order[0][0]
+        assert order[1] == (True, True) and order[0][1] is False, (order, core)
+        copies = [_sum_copies(c, names, core) for c in (before, after)]
+        assert all(len(w) == 1 for w in copies[0].values())
+        for alloc, widths in copies[1].items():
+            assert len(widths) == 1 or max(widths) <= 128, (core, widths)
+        one_bank = lnc == 2 or 2 * shape.nk * shape.dk <= 512    # some group's sums in one bank
+        assert any(len(w) > 1 for w in copies[1].values()) == one_bank
+    assert _same_results(after, before)
+    assert z_first == (shape.B == 32)
+
+
+def _weight_matmuls(c, names, weight, core):
+    """The matmuls of `core` that read a chunk DMA'd from `weight`."""
+    w = c.arguments[names.index(weight)]
+    ins = [i for i in c.instructions if i.core == core]
+    chunks = set()
+    for i in ins:
+        if i.engine == "dma" and any(r.alloc == w for r in i.reads):
+            chunks |= {a.alloc for a in i.writes}
+    return [i for i in ins if i.opcode == "nc_matmul" and any(a.alloc in chunks for a in i.reads)]
+
+
+def _sum_copies(c, names, core):
+    """PSUM bank of a projection's sums -> the free sizes of the copies that read it, on `core`."""
+    sums = set()
+    for w in ("W_in_qkv", "W_in_z"):
+        sums |= {a.alloc for i in _weight_matmuls(c, names, w, core) for a in i.writes}
+    copies = {}
+    for i in c.instructions:
+        if i.core == core and i.opcode != "nc_matmul":
+            for a in i.reads:
+                if a.alloc in sums:
+                    copies.setdefault(a.alloc, []).append(a.free_elements)
+    return copies
 
 
 def _z_matmuls_in_recurrence(c, core):

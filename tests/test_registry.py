@@ -51,7 +51,7 @@ TOKEN_ENTRIES = [e for e in registry.ENTRIES if e.max_tokens > 1]
 
 
 def test_the_fused_kernel_and_its_verify_form_take_tokens():
-    assert [e.name for e in TOKEN_ENTRIES] == ["11_off_path", "verify"]
+    assert [e.name for e in TOKEN_ENTRIES] == ["12_ready_first", "verify"]
     assert all(e.max_tokens == MAX_TOKENS and e.args == registry.BLOCK_ARGS for e in TOKEN_ENTRIES)
     assert registry.BY_NAME["verify"].step is None
 
