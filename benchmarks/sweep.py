@@ -7,7 +7,8 @@
 
 For every configuration (`kernels.configs.SWEEP_SHARDS`: Qwen3-Next-80B TP1 and TP4, Qwen3.5-0.8B
 TP1, 9B TP2, 27B TP8, 397B-A17B TP16), batch (`SWEEP_BATCHES`: 1, 8, 32, 64) and kernel variant
-(`kernels.registry.ENTRIES`: the five stages, gdn_tkg, the composition steps and the verify form)
+(`kernels.registry.ENTRIES`: the five stages, gdn_tkg, the composition steps, the verify form and
+the fused kernel on two cores)
 it runs the kernel on the CPU model, with the inputs `kernels.reference.pipeline_inputs` draws,
 schedules its instruction record with the trn2 cost model (`nkicpu.profile`) and records one row:
 the shape, the modeled time as a band (best: documented peak figures; likely: calibrated against
@@ -18,8 +19,9 @@ of the block's minimal bytes on its cores and the likely estimate's floor under 
 the CPU model took.
 
 The entries that take several tokens per sequence (`max_tokens` in the registry: the fused
-kernel, step 12, and its verify form) also run with hidden [B, T, H] for every T > 1 of --tokens
-(`SWEEP_TOKENS`: 2, 4, 8, at `SWEEP_TOKEN_BATCHES`: B = 1 and 8, or at --batches when given), on
+kernel, step 12, its verify form and its LNC=2 launch) also run with hidden [B, T, H] for every
+T > 1 of --tokens (`SWEEP_TOKENS`: 2, 4, 8, at `SWEEP_TOKEN_BATCHES`: B = 1 and 8, or at
+--batches when given), on
 `kernels.reference.token_inputs`. Every row says its T and its modeled time per token,
 modeled_us / (B x T); a T > 1 row also its modeled time over the same variant's T = 1 row (T
 single-token launches take T times that).
@@ -84,7 +86,8 @@ COST_MODEL_SOURCE = (
 # What each row field means; copied into the JSON so that no figure can be mistaken for another.
 FIELDS = {
     "variant": "kernel variant (kernels.registry): a stage, gdn_tkg, a composition step "
-               "'<n>_<name>', or 'verify' (step 12 keeping every token's window and state)",
+               "'<n>_<name>', 'verify' (step 12 keeping every token's window and state) or 'lnc2' "
+               "(step 12 on two NeuronCores)",
     "kind": "'stage' or 'composition'",
     "kernel": "module:function of the @nki.jit entry point (of the host function for a multi-launch step)",
     "lnc": "NeuronCores of one launch (kernel[lnc]); the roofline is over all of them",

@@ -1,5 +1,5 @@
-"""Every kernel the book builds, in one list: the stages, `gdn_tkg`, the composition steps and
-the verify form of the last (every token's window and state).
+"""Every kernel the book builds, in one list: the stages, `gdn_tkg`, the composition steps, the
+verify form of the last (every token's window and state) and the last on two NeuronCores.
 
 Host code. The sweep, the trn runner, the tests and the book read this list instead of keeping
 their own. An entry names its kernel and its torch reference as "module:function" (imported when
@@ -124,6 +124,10 @@ ENTRIES = _STAGE_ENTRIES + (
           "kernels.reference:gdn_block_tkg_verify_ref", BLOCK_ARGS, VERIFY_OUTPUTS,
           "step 12 keeping every token's window and state: speculative decoding's verify step",
           max_tokens=MAX_TOKENS),
+    Entry("lnc2", "kernels.gdn_block:gdn_block_tkg", "kernels.reference:gdn_block_tkg_ref",
+          BLOCK_ARGS, BLOCK_OUTPUTS,
+          "step 12 launched on an LNC=2 grid: its value heads split between two NeuronCores",
+          lnc=2, max_tokens=MAX_TOKENS),
 )
 BY_NAME = {e.name: e for e in ENTRIES}
 STEPS = tuple(e for e in ENTRIES if e.step is not None)

@@ -63,7 +63,7 @@ def test_one_row_per_variant_and_token_count_with_the_schema(quick_run):
     """Every variant at T = 1, then the two that take tokens at T = 2."""
     rows = quick_run[2]["rows"]
     assert [(r["variant"], r["T"]) for r in rows] == \
-        [(e.name, 1) for e in ENTRIES] + [("12_ready_first", 2), ("verify", 2)]
+        [(e.name, 1) for e in ENTRIES] + [("12_ready_first", 2), ("verify", 2), ("lnc2", 2)]
     assert quick_run[2]["metadata"]["tokens"] == [1, 2]
     for r in rows:
         assert set(r) == ROW_KEYS, r["variant"]
@@ -199,7 +199,8 @@ def test_the_T_axis_runs_where_configs_say():
         for B in SWEEP_BATCHES:
             want.append((shape.name, B, 1, [e.name for e in ENTRIES]))
             if B in SWEEP_TOKEN_BATCHES:
-                want += [(shape.name, B, T, ["12_ready_first", "verify"]) for T in SWEEP_TOKENS[1:]]
+                want += [(shape.name, B, T, ["12_ready_first", "verify", "lnc2"])
+                         for T in SWEEP_TOKENS[1:]]
     assert runs == want
     args = sweep.parse_args(["--stages", "in_proj,verify", "--batches", "64", "--tokens", "1,4"])
     assert [(s.B, T, [v.name for v in vs]) for s, T, vs in sweep.plan(args)][:2] == \

@@ -51,9 +51,9 @@ TOKEN_ENTRIES = [e for e in registry.ENTRIES if e.max_tokens > 1]
 
 
 def test_the_fused_kernel_and_its_verify_form_take_tokens():
-    assert [e.name for e in TOKEN_ENTRIES] == ["12_ready_first", "verify"]
+    assert [e.name for e in TOKEN_ENTRIES] == ["12_ready_first", "verify", "lnc2"]
     assert all(e.max_tokens == MAX_TOKENS and e.args == registry.BLOCK_ARGS for e in TOKEN_ENTRIES)
-    assert registry.BY_NAME["verify"].step is None
+    assert registry.BY_NAME["verify"].step is None and registry.BY_NAME["lnc2"].lnc == 2
 
 
 @pytest.mark.parametrize("entry", TOKEN_ENTRIES, ids=lambda e: e.name)
