@@ -264,7 +264,9 @@ def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
     ahead = ((T > 1 or off_path)
              and T * first_chunk_pairs(B, nh) * PREPARED_PAIR_BYTES <= TOKENS_AHEAD_SBUF_BYTES)
     # ready_first: the head parameters' row (two transposes, ScalarE's exp) before the windows'
-    # transposes, its broadcast matmul before a | b's: TensorE no longer waits for the exp's table
+    # transposes, its broadcast matmul before a | b's: TensorE no longer waits for exp's table load
+    # and the chain behind it (modeled, Qwen3-Next-80B TP4, B = 1, two cores, likely: TensorE's
+    # wait for the broadcast 2.06 -> 0.76 us; without this move step 12 takes 41.43 us, not 40.63)
     head = ready_first and ahead and first
     if first:
         A_sb = _column(A_log, h0, nh, "A_log")
@@ -297,6 +299,8 @@ def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
         firsts = _gates_ahead(a, b, A_sb, dt_sb, ones, T, hp)
     # ready_first: a one-bank projection's sums evicted a block at a time (project_columns'
     # by_block), and the q and k slices in one matmul per row tile, as a | b, where both fit a bank
+    # (modeled, Qwen3-Next-80B TP4, B = 1, two cores, likely: without the slices' matmuls step 12
+    # takes 43.65 us, without the blocks 41.38, with both 40.63)
     if sliced and ready_first and 2 * nkh * dk <= nl.tile_size.psum_bank_fmax:
         project_slices(qk, hidden_T, W_in_qkv, (k0 * dk, key_dim + k0 * dk), queue=wq)
     elif sliced:
@@ -314,7 +318,9 @@ def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
     if not z_last and ready_first:
         # z's matmuls as its chunks land, its evictions after the conv (below): VectorE runs in
         # program order, and the conv, ready once v is evicted, would wait behind z's evictions,
-        # which wait for z's last weight byte
+        # which wait for z's last weight byte (modeled, B = 32, two cores, best: without this
+        # move step 12 takes 82.48 us at Qwen3.5-27B TP8, not 79.84; 71.86 at Qwen3-Next-80B TP4,
+        # not 68.26)
         z_held = open_columns(z, hidden_T, W_in_z, col0=h0 * dv, by_block=True)
         sum_columns(z_held, z_held["n_chunks"], hold=True)
     elif not z_last:
