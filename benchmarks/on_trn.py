@@ -22,7 +22,7 @@ What it does, in order:
    (`kernel_env`) sets NEURON_LOGICAL_NC_CONFIG to the kernel's LNC, NKI_DEBUG_INFO=True (source
    lines in the profile) and NEURON_RT_INSPECT_ENABLE / _DEVICE_PROFILE / _OUTPUT_DIR, so the
    runtime writes the NEFF it loaded under <work>/inspect/
-   (tools/neuron-explorer/environment-variables.rst). The LNC=2 launches (6_lnc2, 7_qk_slices)
+   (tools/neuron-explorer/environment-variables.rst). The LNC=2 launches (6_lnc2, 7_qk_slices, lnc2)
    are `kernel[2]` up to NKI 0.6 (Neuron 2.32) and the plain kernel from NKI 0.7 (2.33), which
    takes the LNC from NEURON_LOGICAL_NC_CONFIG (`lnc_launch`).
 3. Once that process has exited, so that its NeuronCores are free (the runtime reserves them for
@@ -130,8 +130,8 @@ def parse_args(argv):
                     "reference, capture a profile with neuron-explorer and write <out>/<stage>"
                     f"{EVENTS_SUFFIX}. Written from the documentation; not yet run on hardware by the project.")
     p.add_argument("stage", choices=RUNNABLE,
-                   help="the kernel to run: a stage, gdn_tkg or a single-launch composition step "
-                        "(6_lnc2 and 7_qk_slices are LNC=2 launches)")
+                   help="the kernel to run: a stage, gdn_tkg, a single-launch composition step, "
+                        "verify, or lnc2 (6_lnc2, 7_qk_slices and lnc2 are LNC=2 launches)")
     p.add_argument("--config", required=True,
                    help="per-device configuration '<model>-TP<tp>', e.g. Qwen3-Next-80B-TP4")
     p.add_argument("--batch", type=_positive, required=True, help="batch size B")
