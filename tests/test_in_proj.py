@@ -366,14 +366,14 @@ def test_project_columns_by_block_changes_no_bit(shape, n_heads):
 
 
 @nki.jit
-def _slices_kernel(hidden, W, c0, c1, n_heads):
-    """project_slices: n_heads heads of W from column c0 and from c1, [128, 2, n_heads, B]."""
+def _slices_kernel(hidden, W, c0, c1, n_heads, head_dim=128):
+    """project_slices: n_heads heads of W from column c0 and from c1, [head_dim, 2, n_heads, B]."""
     B, _, H = hidden.shape
     hid = nl.ndarray((128, B, H // 128), dtype=nl.bfloat16, buffer=nl.sbuf)
     hidden_T = load_hidden_T(hid, hidden)
-    dst = nl.ndarray((128, 2, n_heads, B), dtype=nl.bfloat16, buffer=nl.sbuf)
+    dst = nl.ndarray((head_dim, 2, n_heads, B), dtype=nl.bfloat16, buffer=nl.sbuf)
     project_slices(dst, hidden_T, W, (c0, c1))
-    out = nl.ndarray((128, 2, n_heads, B), dtype=nl.bfloat16, buffer=nl.shared_hbm)
+    out = nl.ndarray((head_dim, 2, n_heads, B), dtype=nl.bfloat16, buffer=nl.shared_hbm)
     nisa.dma_copy(dst=out, src=dst)
     return out
 
@@ -403,22 +403,11 @@ def test_project_slices_rejects_misuse():
     hidden, W = stage_inputs(SMALL)[:2]                    # W: [256, 128] (q | k | v of 32 columns)
     with pytest.raises(AssertionError, match=r"cols: expected slices of 2\*32 columns inside W's 128, "
                                              r"got \[0, 96\]"):
-        nki.simulate(_slices_kernel_small)(hidden, W, 0, 96, 2)
+        nki.simulate(_slices_kernel)(hidden, W, 0, 96, 2, 32)
     wide = np.zeros((SMALL.H, 1024), BF16)
     with pytest.raises(AssertionError, match=r"dst: expected \[P, 2, T, B\], both slices' 2 \* T \* P sums "
                                              r"in one PSUM bank \(<= 512\), got \[32, 2, 9, 2\]"):
-        nki.simulate(_slices_kernel_small)(hidden, wide, 0, 512, 9)
-
-
-@nki.jit
-def _slices_kernel_small(hidden, W, c0, c1, n_heads):
-    """project_slices with heads of 32 channels."""
-    B, _, H = hidden.shape
-    hid = nl.ndarray((128, B, H // 128), dtype=nl.bfloat16, buffer=nl.sbuf)
-    hidden_T = load_hidden_T(hid, hidden)
-    dst = nl.ndarray((32, 2, n_heads, B), dtype=nl.bfloat16, buffer=nl.sbuf)
-    project_slices(dst, hidden_T, W, (c0, c1))
-    return dst
+        nki.simulate(_slices_kernel)(hidden, wide, 0, 512, 9, 32)
 
 
 # -- validation: one test per check ---------------------------------------------------------------
