@@ -194,8 +194,8 @@ def gdn_block_tkg_queue_roles(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_wei
 @nki.jit
 def gdn_block_tkg_off_path(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state,
                            A_log, dt_bias, norm_weight, recurrent_state):
-    """Step 11: `gdn_block_tkg`'s body with z's evictions before the conv where z is first, q and
-    k sliced in a matmul each per row tile, the head parameters broadcast inside the gates'
+    """Step 11: `gdn_block_tkg`'s body with z's evictions before the conv where z is first, q's and
+    k's slices in matmuls of their own, the head parameters broadcast inside the gates'
     preparation and every projection's bank evicted whole. Arguments and results as
     gdn_block_tkg."""
     return gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
