@@ -5,7 +5,7 @@
 
 NOT YET RUN ON HARDWARE. A reader on a trn2 instance runs it once and sends back the report it
 writes, <out>/first_contact.json. For each kernel in KERNELS (the five stages, gdn_tkg,
-composition steps 2 to 5 and 8 and the LNC=2 launches 6_lnc2 and 7_qk_slices; steps 0 and 1 are host
+composition steps 2 to 7, the LNC=2 launches and the verify form; steps 0 and 1 are host
 sequences of kernels in this list) it runs `benchmarks.on_trn`'s kernel process: a process of its
 own that compiles the kernel with the Neuron compiler, runs it on a NeuronCore and checks its
 outputs against kernels.reference (`on_trn.check_outputs`). The fused kernel (PROFILED) runs
@@ -43,7 +43,7 @@ REPORT = "first_contact.json"
 FORMAT = "nki-gdn-book first contact v1"
 MODELED = "modeled (trn2 cost model)"
 KERNELS = on_trn.RUNNABLE      # every single-launch kernel of kernels.registry
-PROFILED = "12_ready_first"   # the fused kernel, LNC=1: the one profile captured
+PROFILED = "7_ready_first"    # the fused kernel, LNC=1: the one profile captured
 CPU_LABEL = "CPU model (nkicpu): no kernel ran on a device; every time here is modeled"
 DEVICE_LABEL = (f"device run on trn2; times labelled {on_trn.MEASURED!r} are measured, "
                 "the rest modeled")

@@ -1,7 +1,7 @@
 """Run one kernel on a real trn instance, check it, and capture a real profile.
 
     python -m benchmarks.on_trn in_proj --config Qwen3-Next-80B-TP4 --batch 8
-    python -m benchmarks.on_trn 7_qk_slices --config Qwen3.5-27B-TP8 --batch 1 --out stages/
+    python -m benchmarks.on_trn 5_two_cores --config Qwen3.5-27B-TP8 --batch 1 --out stages/
 
 NOT YET RUN ON HARDWARE. Written from the Neuron documentation (SDK 2.32, NKI 0.6, and the 2.33 /
 2.34 pages; aws-neuron-sdk paths below) and the NKI library's profiler utilities
@@ -22,7 +22,7 @@ What it does, in order:
    (`kernel_env`) sets NEURON_LOGICAL_NC_CONFIG to the kernel's LNC, NKI_DEBUG_INFO=True (source
    lines in the profile) and NEURON_RT_INSPECT_ENABLE / _DEVICE_PROFILE / _OUTPUT_DIR, so the
    runtime writes the NEFF it loaded under <work>/inspect/
-   (tools/neuron-explorer/environment-variables.rst). The LNC=2 launches (6_lnc2, 7_qk_slices, lnc2)
+   (tools/neuron-explorer/environment-variables.rst). The LNC=2 launches (the entries named 5_two_cores and *_lnc2)
    are `kernel[2]` up to NKI 0.6 (Neuron 2.32) and the plain kernel from NKI 0.7 (2.33), which
    takes the LNC from NEURON_LOGICAL_NC_CONFIG (`lnc_launch`).
 3. Once that process has exited, so that its NeuronCores are free (the runtime reserves them for
@@ -131,7 +131,7 @@ def parse_args(argv):
                     f"{EVENTS_SUFFIX}. Written from the documentation; not yet run on hardware by the project.")
     p.add_argument("stage", choices=RUNNABLE,
                    help="the kernel to run: a stage, gdn_tkg, a single-launch composition step, "
-                        "verify, or lnc2 (6_lnc2, 7_qk_slices and lnc2 are LNC=2 launches)")
+                        "or verify (5_two_cores and the *_lnc2 entries are LNC=2 launches)")
     p.add_argument("--config", required=True,
                    help="per-device configuration '<model>-TP<tp>', e.g. Qwen3-Next-80B-TP4")
     p.add_argument("--batch", type=_positive, required=True, help="batch size B")

@@ -2,7 +2,7 @@
 
     python -m benchmarks.readme_figure            # writes book/images/gdn_block_tkg_timeline.png
 
-`gdn_block_tkg` (composition step 12, one NeuronCore) at Qwen3-Next-80B TP4, B = 1, on the CPU model:
+`gdn_block_tkg` (composition step 7, one NeuronCore) at Qwen3-Next-80B TP4, B = 1, on the CPU model:
 one lane per engine and DMA queue, from the trn2 cost model. Modeled, not measured; re-run it after
 a kernel or cost-model change and commit the PNG.
 """
@@ -20,7 +20,7 @@ from nkicpu.timeline import Mark, plot_timeline
 
 OUT = Path(__file__).resolve().parent.parent / "book" / "images" / "gdn_block_tkg_timeline.png"
 MODEL, TP, B = "Qwen3-Next-80B", 4, 1
-STEP = BY_NAME["12_ready_first"]
+STEP = BY_NAME["7_ready_first"]
 # Narrower than plot_timeline's 10 inches, so its text stays >= 10 px at the landing page's
 # width (the image is scaled to the article column, about 750 px at a 1280 px window).
 WIDTH_IN = 8

@@ -43,7 +43,7 @@ def latency_table(upto):
     """Markdown: every step up to and including `upto`, one table per target shard, a column per
     batch: best – likely µs (likely over the block's HBM roofline on the step's cores; likely over
     the likely floor of the block's bytes), then that roofline and floor for each core count."""
-    steps = STEPS[:BY_NAME[upto].step + 1]
+    steps = [s for s in STEPS if s.step <= BY_NAME[upto].step]
     tables = []
     for m, tp in TARGETS:
         lines = [f"**{m} TP{tp}** (µs, best – likely; likely / roofline; likely / floor)", "",

@@ -3,12 +3,12 @@
     python -m benchmarks.sweep                      # the full sweep (a few minutes on 2 cores)
     python -m benchmarks.sweep --quick              # one small shard, B = 1 and 8, T = 1 and 2
     python -m benchmarks.sweep --stages in_proj,gated_delta_rule --configs Qwen3-Next-80B-TP4 --batches 1,64
-    python -m benchmarks.sweep --stages 12_ready_first,verify --configs Qwen3-Next-80B-TP4 --batches 1 --tokens 1,2,4,8
+    python -m benchmarks.sweep --stages 7_ready_first,verify --configs Qwen3-Next-80B-TP4 --batches 1 --tokens 1,2,4,8
 
 For every configuration (`kernels.configs.SWEEP_SHARDS`: Qwen3-Next-80B TP1 and TP4, Qwen3.5-0.8B
 TP1, 9B TP2, 27B TP8, 397B-A17B TP16), batch (`SWEEP_BATCHES`: 1, 8, 32, 64) and kernel variant
-(`kernels.registry.ENTRIES`: the five stages, gdn_tkg, the composition steps, the verify form and
-the fused kernel on two cores)
+(`kernels.registry.ENTRIES`: the five stages, gdn_tkg, the composition steps, steps 6 and 7 also on
+two cores, and the verify form)
 it runs the kernel on the CPU model, with the inputs `kernels.reference.pipeline_inputs` draws,
 schedules its instruction record with the trn2 cost model (`nkicpu.profile`) and records one row:
 the shape, the modeled time as a band (best: documented peak figures; likely: calibrated against
@@ -19,7 +19,7 @@ of the block's minimal bytes on its cores and the likely estimate's floor under 
 the CPU model took.
 
 The entries that take several tokens per sequence (`max_tokens` in the registry: the fused
-kernel, step 12, its verify form and its LNC=2 launch) also run with hidden [B, T, H] for every
+kernel, step 7, on one core and two, and its verify form) also run with hidden [B, T, H] for every
 T > 1 of --tokens (`SWEEP_TOKENS`: 2, 4, 8, at `SWEEP_TOKEN_BATCHES`: B = 1 and 8, or at
 --batches when given), on
 `kernels.reference.token_inputs`. Every row says its T and its modeled time per token,
@@ -66,7 +66,7 @@ from nkicpu import costs  # noqa: E402
 from nkicpu.profile import MODELED, profile_capture  # noqa: E402
 
 from kernels.reference import pipeline_inputs, token_inputs  # noqa: E402
-from kernels.registry import BLOCK_ARGS, BY_NAME, VERIFY_OUTPUTS  # noqa: E402
+from kernels.registry import BLOCK_ARGS, BY_NAME, RENAMED, VERIFY_OUTPUTS  # noqa: E402
 
 from .roofline import block_floor_us, block_min_bytes, block_roofline_us  # noqa: E402
 
@@ -86,8 +86,9 @@ COST_MODEL_SOURCE = (
 # What each row field means; copied into the JSON so that no figure can be mistaken for another.
 FIELDS = {
     "variant": "kernel variant (kernels.registry): a stage, gdn_tkg, a composition step "
-               "'<n>_<name>', 'verify' (step 12 keeping every token's window and state) or 'lnc2' "
-               "(step 12 on two NeuronCores)",
+               "'<n>_<name>' (with '_lnc2': on two NeuronCores), or 'verify' (step 7 keeping every "
+               "token's window and state); metadata.renamed maps the keys of the ladder before the "
+               "rebuild around one idea per step to these",
     "kind": "'stage' or 'composition'",
     "kernel": "module:function of the @nki.jit entry point (of the host function for a multi-launch step)",
     "lnc": "NeuronCores of one launch (kernel[lnc]); the roofline is over all of them",
@@ -373,6 +374,7 @@ def metadata(argv, args):
         "tokens": list(args.tokens),
         "token_batches": list(args.token_batches),
         "variants": [v.name for v in args.variants],
+        "renamed": RENAMED,
         "fields": FIELDS,
     }
 

@@ -3,8 +3,8 @@
 Channel-major, like every stage: channels sit on partitions (tiled by 128), and the window of each
 channel, [batch, K], lies in the free dim. A depthwise conv never mixes channels, so no TensorE and
 no cross-partition traffic: the window slide is two copies, the conv one multiply and one reduce on
-VectorE, the SiLU one ScalarE activation. Several channel tiles (e.g. all q heads) can sit side by
-side in the free dim and go through the same five instructions.
+VectorE, the SiLU one ScalarE activation. Several channel tiles (nt of them, e.g. all q heads) can
+sit side by side in the free dim and go through the same five instructions.
 """
 import nki
 import nki.language as nl
@@ -28,18 +28,18 @@ def conv1d_decode_tile(dst_out, dst_state, x, w, state):
 
     Dimensions:
         P: channels of one channel tile, on partitions (<= 128)
-        T: channel tiles side by side in the free dim (e.g. the heads of q, k or v); optional
+        nt: channel tiles side by side in the free dim (e.g. the heads of q, k or v); optional
         B: batch (tokens)
         K: conv window (kernel size), 2..4
 
     Args:
-        dst_out (nl.ndarray): [P, T, B] (or [P, B]) @ SBUF, bf16 (any float dtype), written:
+        dst_out (nl.ndarray): [P, nt, B] (or [P, B]) @ SBUF, bf16 (any float dtype), written:
             the conv output after SiLU.
-        dst_state (nl.ndarray): [P, T, B, K] (or [P, B, K]) @ SBUF, same dtype as `state`,
+        dst_state (nl.ndarray): [P, nt, B, K] (or [P, B, K]) @ SBUF, same dtype as `state`,
             written: the new window, oldest token in column 0, `x` in column K-1.
-        x (nl.ndarray): [P, T, B] (or [P, B]) @ SBUF, bf16, the new token (in_proj's mixed_qkv).
-        w (nl.ndarray): [P, T, K] (or [P, K]) @ SBUF, fp32, the conv weight of these channels.
-        state (nl.ndarray): [P, T, B, K] (or [P, B, K]) @ SBUF, bf16, the incoming window.
+        x (nl.ndarray): [P, nt, B] (or [P, B]) @ SBUF, bf16, the new token (in_proj's mixed_qkv).
+        w (nl.ndarray): [P, nt, K] (or [P, K]) @ SBUF, fp32, the conv weight of these channels.
+        state (nl.ndarray): [P, nt, B, K] (or [P, B, K]) @ SBUF, bf16, the incoming window.
 
     Returns:
         None; `dst_out` and `dst_state` hold the results.
@@ -49,27 +49,27 @@ def conv1d_decode_tile(dst_out, dst_state, x, w, state):
           the fused kernel c = (first channel of head t) + p, so a head is one channel tile.
         - `dst_state` must not overlap `state`. The new state IS the conv window (bit-exact
           copies), so the conv reads it instead of assembling another.
-        - Five instructions for any T and B: two copies (GpSimd, VectorE), multiply and reduce over
+        - Five instructions for any nt and B: two copies (GpSimd, VectorE), multiply and reduce over
           K in fp32 (VectorE, w broadcast over B by a stride-0 view), SiLU (ScalarE, one rounding).
-        - Temporaries: T*B*K*4 + T*B*4 bytes of SBUF per partition.
+        - Temporaries: nt*B*K*4 + nt*B*4 bytes of SBUF per partition.
 
     Pseudocode:
-        window = concatenate([state[..., 1:], x[..., None]], axis=-1)      # [P, T, B, K]
+        window = concatenate([state[..., 1:], x[..., None]], axis=-1)      # [P, nt, B, K]
         dst_state[...] = window
-        acc = (window.astype(float32) * w[:, :, None, :]).sum(axis=-1)    # fp32, [P, T, B]
+        acc = (window.astype(float32) * w[:, :, None, :]).sum(axis=-1)    # fp32, [P, nt, B]
         dst_out[...] = (acc * sigmoid(acc)).astype(dst_out.dtype)
     """
     if len(x.shape) == 2:  # one channel tile: [P, B] -> [P, 1, B]
         return conv1d_decode_tile(dst_out.expand_dim(1), dst_state.expand_dim(1), x.expand_dim(1),
                                   w.expand_dim(1), state.expand_dim(1))
-    P, T, B = x.shape
+    P, nt, B = x.shape
     K = w.shape[-1]
     expect(P <= nl.tile_size.pmax, "x", f"channels (partitions) <= {nl.tile_size.pmax}", P)
     expect(K_MIN <= K <= K_MAX, "w", f"a conv window K in {K_MIN}..{K_MAX}", K)
-    expect_shape(w, "w", (P, T, K))
-    expect_shape(state, "state", (P, T, B, K))
-    expect_shape(dst_state, "dst_state", (P, T, B, K))
-    expect_shape(dst_out, "dst_out", (P, T, B))
+    expect_shape(w, "w", (P, nt, K))
+    expect_shape(state, "state", (P, nt, B, K))
+    expect_shape(dst_state, "dst_state", (P, nt, B, K))
+    expect_shape(dst_out, "dst_out", (P, nt, B))
     expect_dtype(w, "w", nl.float32)
     expect(dst_state.dtype == state.dtype, "dst_state",
            f"dtype {state.dtype} (as state, for a bit-exact copy)", dst_state.dtype)
@@ -79,9 +79,9 @@ def conv1d_decode_tile(dst_out, dst_state, x, w, state):
     nisa.tensor_copy(dst_state[:, :, :, K - 1], x)
 
     # conv: acc[p, t, b] = sum_j window[p, t, b, j] * w[p, t, j], in fp32
-    prod = nl.ndarray((P, T, B, K), nl.float32, name="conv_prod")
+    prod = nl.ndarray((P, nt, B, K), nl.float32, name="conv_prod")
     nisa.tensor_tensor(prod, dst_state, w.expand_dim(2).broadcast(2, B), op=nl.multiply)
-    acc = nl.ndarray((P, T, B), nl.float32, name="conv_acc")
+    acc = nl.ndarray((P, nt, B), nl.float32, name="conv_acc")
     nisa.tensor_reduce(acc, nl.add, prod, axis=3)
 
     # SiLU on ScalarE; the one rounding to the output dtype
@@ -89,108 +89,108 @@ def conv1d_decode_tile(dst_out, dst_state, x, w, state):
 
 
 def conv1d_tokens_tile(dst_out, columns, x, w, state):
-    """S decode steps of the conv + SiLU at once on channel-major SBUF tiles: a sequence's S
+    """T decode steps of the conv + SiLU at once on channel-major SBUF tiles: a sequence's T
     tokens (a speculative-decoding verify step), token s's window the last K columns of
     [state, x_0 .. x_s].
 
     Args:
-        dst_out (nl.ndarray): [P, T, B * S] @ SBUF, written: token s of row b in column b * S + s.
-        columns (nl.ndarray): [P, T, B, K - 1 + S] @ SBUF, state's dtype, written:
+        dst_out (nl.ndarray): [P, nt, B * T] @ SBUF, written: token s of row b in column b * T + s.
+        columns (nl.ndarray): [P, nt, B, K - 1 + T] @ SBUF, state's dtype, written:
             [state[..., 1:], x_0 .. x_S-1]; token s's window is columns[..., s:s + K].
-        x (nl.ndarray): [P, T, B * S] @ SBUF, bf16, the tokens (column b * S + s).
-        w (nl.ndarray): [P, T, K] @ SBUF, fp32.
-        state (nl.ndarray): [P, T, B, K] @ SBUF, the incoming window.
+        x (nl.ndarray): [P, nt, B * T] @ SBUF, bf16, the tokens (column b * T + s).
+        w (nl.ndarray): [P, nt, K] @ SBUF, fp32.
+        state (nl.ndarray): [P, nt, B, K] @ SBUF, the incoming window.
 
     Notes:
-        - Each token's products and sum are conv1d_decode_tile's (bit for bit S single steps); the
+        - Each token's products and sum are conv1d_decode_tile's (bit for bit T single steps); the
           multiply runs once per window column j, over every token's column s + j at once.
-        - Temporaries: T * B * S * (K + 1) * 4 bytes of SBUF per partition.
+        - Temporaries: nt * B * T * (K + 1) * 4 bytes of SBUF per partition.
     """
-    P, T, B, K = state.shape
-    S = x.shape[2] // B
+    P, nt, B, K = state.shape
+    T = x.shape[2] // B
     nisa.tensor_copy(columns[:, :, :, 0:K - 1], state[:, :, :, 1:K], engine=nisa.engine.gpsimd)
-    nisa.tensor_copy(columns[:, :, :, K - 1:K - 1 + S], x.reshape_dim(2, (B, S)))
-    prod = nl.ndarray((P, T, B, S, K), nl.float32, name="conv_prod")
+    nisa.tensor_copy(columns[:, :, :, K - 1:K - 1 + T], x.reshape_dim(2, (B, T)))
+    prod = nl.ndarray((P, nt, B, T, K), nl.float32, name="conv_prod")
     for j in range(K):
-        nisa.tensor_tensor(prod[:, :, :, :, j], columns[:, :, :, j:j + S],
-                           w[:, :, j:j + 1].expand_dim(3).broadcast(2, B).broadcast(3, S),
+        nisa.tensor_tensor(prod[:, :, :, :, j], columns[:, :, :, j:j + T],
+                           w[:, :, j:j + 1].expand_dim(3).broadcast(2, B).broadcast(3, T),
                            op=nl.multiply)
-    acc = nl.ndarray((P, T, B, S), nl.float32, name="conv_acc")
+    acc = nl.ndarray((P, nt, B, T), nl.float32, name="conv_acc")
     nisa.tensor_reduce(acc, nl.add, prod, axis=4)
-    nisa.activation(dst_out.reshape_dim(2, (B, S)), op=nl.silu, data=acc)
+    nisa.activation(dst_out.reshape_dim(2, (B, T)), op=nl.silu, data=acc)
 
 
 def conv1d_decode_channels(dst_out, new_conv_state, x, conv_weight, conv_state, c0):
     """The conv step of a group of channel tiles whose window and weight are still in HBM.
 
-    Loads the window and the weight of channels c0 .. c0 + T*P - 1, runs `conv1d_decode_tile` and
+    Loads the window and the weight of channels c0 .. c0 + nt*P - 1, runs `conv1d_decode_tile` and
     stores the new window straight back to HBM, chunk by chunk. Called per channel chunk by the
     standalone kernel; the fused kernel calls its three phases (`load_windows`, `slide_windows`,
     `store_windows`) apart, to place them in its own program order.
 
     Args:
-        dst_out (nl.ndarray): [P, T, B] @ SBUF, written: silu(conv) of channel c0 + t*P + p.
-        new_conv_state (nl.ndarray): [B, conv_dim, K] @ HBM, written at channels c0 .. c0 + T*P - 1.
-        x (nl.ndarray): [P, T, B] @ SBUF, bf16, the new token of those channels, channel-major.
+        dst_out (nl.ndarray): [P, nt, B] @ SBUF, written: silu(conv) of channel c0 + t*P + p.
+        new_conv_state (nl.ndarray): [B, conv_dim, K] @ HBM, written at channels c0 .. c0 + nt*P - 1.
+        x (nl.ndarray): [P, nt, B] @ SBUF, bf16, the new token of those channels, channel-major.
         conv_weight (nl.ndarray): [conv_dim, K] @ HBM, fp32.
         conv_state (nl.ndarray): [B, conv_dim, K] @ HBM, bf16, read only.
         c0 (int): the first channel.
 
     Notes:
-        - The window moves as rows [B, T*P*K] and the weight as rows [T, P*K] through
+        - The window moves as rows [B, nt*P*K] and the weight as rows [nt, P*K] through
           kernels.layout (contiguous row DMAs, TensorE transposes), the new window back the same
           way.
         - The tiles go in chunks of at most WINDOW_FREE_MAX window elements per partition (all of
           them at once for every real shard up to B = 32), so SBUF stays bounded at any B.
     """
-    P, T, B = x.shape
-    for t0, nt in window_chunks(T, B, conv_weight.shape[1]):
-        loaded = load_windows(conv_weight, conv_state, c0 + t0 * P, P, nt)
-        windows = slide_windows(dst_out[:, t0:t0 + nt], x[:, t0:t0 + nt], loaded)
+    P, nt, B = x.shape
+    for t0, n in window_chunks(nt, B, conv_weight.shape[1]):
+        loaded = load_windows(conv_weight, conv_state, c0 + t0 * P, P, n)
+        windows = slide_windows(dst_out[:, t0:t0 + n], x[:, t0:t0 + n], loaded)
         store_windows(new_conv_state, windows)
 
 
-def window_chunks(T, B, K):
-    """(first tile, tiles) of the chunks `conv1d_decode_channels` takes T tiles of B windows in: at
+def window_chunks(nt, B, K):
+    """(first tile, tiles) of the chunks `conv1d_decode_channels` takes nt tiles of B windows in: at
     most WINDOW_FREE_MAX window elements per partition each (B: the tokens of the batch, B * S for
     S tokens per sequence)."""
     per = max(1, WINDOW_FREE_MAX // (B * K))
     chunks = []
-    for t0 in range(0, T, per):
-        chunks.append((t0, min(per, T - t0)))
+    for t0 in range(0, nt, per):
+        chunks.append((t0, min(per, nt - t0)))
     return chunks
 
 
-def load_windows(conv_weight, conv_state, c0, P, T, tokens=1):
-    """Phase 1 of the conv step: the weight and the incoming window of channels c0 .. c0 + T*P - 1,
+def load_windows(conv_weight, conv_state, c0, P, nt, tokens=1):
+    """Phase 1 of the conv step: the weight and the incoming window of channels c0 .. c0 + nt*P - 1,
     channel-major, chunk by chunk (`window_chunks`, for `tokens` tokens per sequence). Returns a
     list of (first channel, w [P, nt, K], state [P, nt, B, K]) @ SBUF, one per chunk."""
     B, _, K = conv_state.shape
     loaded = []
-    for t0, nt in window_chunks(T, B * tokens, K):
-        a, z = c0 + t0 * P, c0 + (t0 + nt) * P
-        w = nl.ndarray((P, nt, K), nl.float32, name="w")
-        # rows [nt, P*K] and [B, nt*P*K]
-        load_channel_major(w.expand_dim(1), conv_weight[a:z, :].reshape((nt, P, K)))
-        state = nl.ndarray((P, nt, B, K), conv_state.dtype, name="state")
+    for t0, n in window_chunks(nt, B * tokens, K):
+        a, z = c0 + t0 * P, c0 + (t0 + n) * P
+        w = nl.ndarray((P, n, K), nl.float32, name="w")
+        # rows [n, P*K] and [B, n*P*K]
+        load_channel_major(w.expand_dim(1), conv_weight[a:z, :].reshape((n, P, K)))
+        state = nl.ndarray((P, n, B, K), conv_state.dtype, name="state")
         load_channel_major(state, conv_state[:, a:z, :])
         loaded.append((a, w, state))
     return loaded
 
 
 def slide_windows(dst_out, x, loaded):
-    """Phase 2: `conv1d_decode_tile` on each chunk `load_windows` loaded; x and dst_out [P, T, B]
-    hold the chunks' tiles in order ([P, T, B * S] for S tokens per sequence:
-    `conv1d_tokens_tile`). Returns a list of (first channel, new window [P, nt, B, K - 1 + S]
+    """Phase 2: `conv1d_decode_tile` on each chunk `load_windows` loaded; x and dst_out [P, nt, B]
+    hold the chunks' tiles in order ([P, nt, B * T] for T tokens per sequence:
+    `conv1d_tokens_tile`). Returns a list of (first channel, new window [P, nt, B, K - 1 + T]
     @ SBUF: token s's window is columns s .. s + K - 1), one per chunk."""
     windows = []
     t0 = 0
     for i in range(len(loaded)):
         a, w, state = loaded[i]
         P, nt, B, K = state.shape
-        S = x.shape[2] // B
-        window = nl.ndarray((P, nt, B, K - 1 + S), state.dtype, name="window")
-        if S == 1:
+        T = x.shape[2] // B
+        window = nl.ndarray((P, nt, B, K - 1 + T), state.dtype, name="window")
+        if T == 1:
             conv1d_decode_tile(dst_out[:, t0:t0 + nt], window, x[:, t0:t0 + nt], w, state)
         else:
             conv1d_tokens_tile(dst_out[:, t0:t0 + nt], window, x[:, t0:t0 + nt], w, state)
@@ -201,7 +201,7 @@ def slide_windows(dst_out, x, loaded):
 
 def store_windows(new_conv_state, windows, queue=None):
     """Phase 3: the new windows `slide_windows` returned, stored as rows to their channels:
-    new_conv_state [B, conv_dim, K] @ HBM takes the window after the last token, [B, S,
+    new_conv_state [B, conv_dim, K] @ HBM takes the window after the last token, [B, T,
     conv_dim, K] (a verify step's) the window after each token; the row DMAs on `queue`'s
     hardware-DGE queue if given (store_rows)."""
     K = new_conv_state.shape[-1]
@@ -216,10 +216,78 @@ def store_windows(new_conv_state, windows, queue=None):
                 store_rows(new_conv_state[:, s, a:a + nt * P, :], window[:, :, :, s:s + K], queue)
 
 
-def _channel_chunks(conv_dim, B, K):
-    """(first channel, partitions P, channel tiles T) of each chunk the entry point loads at once.
+def channel_groups(qk_c, qk, v_c, v, k0, key_dim, v_c0):
+    """The fused kernel's conv groups: (conv output tile, projected tile, first channel) of each
+    channel range stage 2 runs for one program, q | k as one group where the program has every key
+    head (one contiguous channel range), else q and k apart; then v.
 
-    Full 128-channel tiles are grouped T at a time so that a chunk's window holds at most
+    Args:
+        qk_c: [dk, 2, nkh, B] @ SBUF, the conv outputs of the program's key heads (q, then k).
+        qk: [dk, 2, nq, B] @ SBUF, the projected q | k heads (nq: nkh, or every key head).
+        v_c, v: [dv, nh, B] @ SBUF, the conv output and the projection of its value heads.
+        k0: the program's first key head, its first channel k0 * dk in q and in k.
+        key_dim: channels of q (and of k); v_c0: the first channel of the program's v heads.
+    """
+    dk, _, nkh, B = qk_c.shape
+    groups = []
+    if nkh * dk == key_dim:     # every key head: q | k are one contiguous channel range
+        groups.append((qk_c.reshape((dk, 2 * nkh, B)), qk.reshape((dk, 2 * nkh, B)), 0))
+    else:
+        q0 = 0
+        if qk.shape[2] > nkh:   # the projection holds every key head: the program's are k0 ..
+            q0 = k0
+        for i in range(2):
+            groups.append((qk_c[:, i], qk[:, i, q0:q0 + nkh], i * key_dim + k0 * dk))
+    groups.append((v_c, v, v_c0))
+    return groups
+
+
+def windows_in_one_chunk(groups, K):
+    """Whether the conv window of each channel group (channel_groups) is one chunk of
+    `window_chunks`: then loaded ahead, it holds at most WINDOW_FREE_MAX elements per partition."""
+    for i in range(len(groups)):
+        dst = groups[i][0]
+        if len(window_chunks(dst.shape[1], dst.shape[2], K)) > 1:
+            return False
+    return True
+
+
+def load_group_windows(conv_weight, conv_state, groups, T):
+    """Phase 1 of the conv step for each channel group (channel_groups), T tokens per sequence:
+    `load_windows` of its channels, in group order."""
+    loaded = []
+    for i in range(len(groups)):
+        dst, _, c0 = groups[i]
+        loaded.append(load_windows(conv_weight, conv_state, c0, dst.shape[0], dst.shape[1], T))
+    return loaded
+
+
+def conv_groups(new_conv_state, groups, conv_weight, conv_state, loaded=None, queue=None):
+    """The conv step of each channel group (channel_groups): every window slid and its silu
+    computed, then the new windows stored (store_windows, on `queue` if given).
+
+    loaded: the groups' windows, loaded ahead (load_group_windows); None: each group loads its
+    own here, and with one token per sequence goes load, conv, store chunk by chunk
+    (conv1d_decode_channels)."""
+    T = groups[0][1].shape[2] // conv_state.shape[0]
+    windows = []
+    for i in range(len(groups)):
+        dst, x, c0 = groups[i]
+        if loaded is not None:
+            windows.append(slide_windows(dst, x, loaded[i]))
+        elif T == 1:
+            conv1d_decode_channels(dst, new_conv_state, x, conv_weight, conv_state, c0=c0)
+        else:
+            windows.append(slide_windows(dst, x, load_windows(conv_weight, conv_state, c0,
+                                                              dst.shape[0], dst.shape[1], T)))
+    for i in range(len(windows)):
+        store_windows(new_conv_state, windows[i], queue)
+
+
+def channel_chunks(conv_dim, B, K):
+    """(first channel, partitions P, channel tiles nt) of each chunk the entry point loads at once.
+
+    Full 128-channel tiles are grouped nt at a time so that a chunk's window holds at most
     WINDOW_FREE_MAX elements per partition; a partial last tile (conv_dim % 128 channels) is a
     chunk of its own.
     """
@@ -295,10 +363,10 @@ def conv1d_decode_hbm(conv_out, new_state, mixed_qkv, conv_weight, conv_state):
     point and by the fused kernel of composition step 2 (HBM scratch)."""
     B, conv_dim = mixed_qkv.shape
     K = conv_weight.shape[1]
-    for c0, P, T in _channel_chunks(conv_dim, B, K):
-        # HBM rows [B, T*P] -> channel-major tiles: channel c0 + P*t + p on partition p, tile t
-        x = nl.ndarray((P, T, B), nl.bfloat16, name="x")
-        load_channel_major(x, mixed_qkv[:, c0:c0 + T * P])
-        out = nl.ndarray((P, T, B), nl.bfloat16, name="out")
+    for c0, P, nt in channel_chunks(conv_dim, B, K):
+        # HBM rows [B, nt*P] -> channel-major tiles: channel c0 + P*t + p on partition p, tile t
+        x = nl.ndarray((P, nt, B), nl.bfloat16, name="x")
+        load_channel_major(x, mixed_qkv[:, c0:c0 + nt * P])
+        out = nl.ndarray((P, nt, B), nl.bfloat16, name="out")
         conv1d_decode_channels(out, new_state, x, conv_weight, conv_state, c0)
-        store_rows(conv_out[:, c0:c0 + T * P], out)
+        store_rows(conv_out[:, c0:c0 + nt * P], out)

@@ -13,18 +13,58 @@ partition i) at free position p of a sub-chunk buffer [dk, pairs, dv], and
 The gates reach every partition without crossing heads: a and b spread over the heads of their own
 batch row, A_log and dt_bias broadcast from a row by a K = 1 matmul.
 
-The cost is the DMA runs: a pair's row is 512 B in HBM (the fold of delta_rule_state moves 2 KiB).
+The cost is the DMA runs: a pair's row is 512 B in HBM (the folded state of stage 4's versions 2
+and 3, kernels/versions/delta_rule_fold.py, moves 2 KiB).
+
+The state streams HBM -> ring -> HBM in sub-chunks through STATE_BUFFERS on-chip buffers. Engines
+and DMA queues run in program order, so the order is the schedule: the load of sub-chunk
+i + STATE_BUFFERS - 1 is issued before sub-chunk i computes, into the buffer whose store sub-chunk
+i - 1 has just issued.
 """
 import nki.isa as nisa
 import nki.language as nl
 
-from .delta_rule_state import PMAX, PSUM_BANK_FMAX, QUADRANT, STATE_BUFFERS, sub_chunks
-
+PMAX = nl.tile_size.pmax                        # partitions
+PSUM_BANK_FMAX = nl.tile_size.psum_bank_fmax    # fp32 elements per partition of one PSUM bank
+QUADRANT = 32                                   # partition quadrant: a small matmul's row tile
+# Sub-chunk buffers of the ring: loads run STATE_BUFFERS - 1 sub-chunks ahead of compute (with 3,
+# loads waited on stores at large B in the modeled profile; 5 gained nothing).
+STATE_BUFFERS = 4
 SUB_PAIRS = 32      # pairs per sub-chunk: [dk, 32, dv] fp32 is 16 KiB per partition at dv = 128
 DMA_PAIRS = 8       # pairs per state DMA: four DMAs per sub-chunk each way, one per queue
 GROUP = PMAX // QUADRANT   # pairs whose outer-product rows share one transpose (one per quadrant)
 BANK_GROUPS = PSUM_BANK_FMAX // PMAX   # groups whose row transposes share a PSUM bank (d <= 128)
 GATE_STEPS = 4      # pair_gates: VectorE, ScalarE, VectorE, ScalarE, each reading the last
+
+
+def sub_chunks(B, nv, m):
+    """(b0, bc, s0, mc) in stream order: pairs s0 .. s0+mc-1 (mc <= m) of the chunk of batch rows
+    b0 .. b0+bc-1 (max(1, 128 // nv) rows, chunk pair p = bi * nv + h)."""
+    rows = max(1, PMAX // nv)
+    steps = []
+    for b0 in range(0, B, rows):
+        bc = min(rows, B - b0)
+        for s0 in range(0, bc * nv, m):
+            steps.append((b0, bc, s0, min(m, bc * nv - s0)))
+    return steps
+
+
+def pair_ones(dk, dv, nv):
+    """The [P, P] fp32 all-ones tile of the stage's partition reductions and broadcasts,
+    P = max(dk, dv, nv) (GpSimd). The fused kernel's RMSNorm reuses it."""
+    P = max(dk, dv, nv)
+    ones = nl.ndarray((P, P), nl.float32, name="ones")
+    nisa.memset(ones, 1.0, engine=nisa.engine.gpsimd)
+    return ones
+
+
+def identity():
+    """The [128, 128] fp32 identity (GpSimd iota, VectorE compare)."""
+    ramp = nl.ndarray((PMAX, PMAX), nl.float32, name="ramp")
+    nisa.iota(ramp, [[1, PMAX]], offset=0, channel_multiplier=-1)        # ramp[p, j] = j - p
+    ident = nl.ndarray((PMAX, PMAX), nl.float32, name="ident")
+    nisa.tensor_scalar(ident, ramp, op0=nl.equal, operand0=0.0)
+    return ident
 
 
 def pair_steps(B, nv):

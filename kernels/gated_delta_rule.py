@@ -1,30 +1,82 @@
-"""Stage 4 of the GDN decode step: the gates and the single-token gated delta rule.
+"""Stage 4 of the GDN decode step: the gates and the gated delta rule, one token or T in a row.
 
 Per (batch row b, value head h) pair the recurrent state S is a [dk, dv] fp32 matrix, streamed from
 HBM and back; everything else per pair lies channel-major, [d, pairs], so one instruction serves
 every pair of a chunk. How the state sits on chip and streams, one (batch, head) pair per
 contraction so that a non-finite value stays in its own pair: kernels/delta_rule_pairs.py.
+
+Building blocks (plain functions the fused kernel calls):
+  PairInputs(q, k, v, a, b, gate_params)   one call's channel-major inputs
+  gated_delta_rule_block(o, new_state, ins, recurrent_state)   one decode step, state HBM -> HBM
+  gated_delta_rule_tokens(o, new_state, recurrent_state, tokens, h0)   T tokens in a row
+  prepare_gates(...), prepare_qk(...)      the tokens' first chunks prepared ahead
+Entry point:
+  gated_delta_rule_kernel(q, k, v, a, b, A_log, dt_bias, recurrent_state) -> o, new_state
 """
 import nki
 import nki.language as nl
 import nki.isa as nisa
 
 from .checks import expect, expect_dtype, expect_rank, expect_shape
-from .delta_rule_pairs import (BANK_GROUPS, GATE_STEPS, GROUP, decay_odd_groups, gate_function,
-                               gate_inputs, head_params, move_pairs, outer_rows, padded_columns,
-                               pair_gates, pair_products, pair_ring, pair_steps, pair_update,
-                               spread_gate_inputs)
-from .delta_rule_state import PMAX, STATE_BUFFERS, fold_ones, identity
+from .delta_rule_pairs import (BANK_GROUPS, GATE_STEPS, GROUP, PMAX, STATE_BUFFERS,
+                               decay_odd_groups, gate_function, gate_inputs, head_params, identity,
+                               move_pairs, outer_rows, padded_columns, pair_gates, pair_ones,
+                               pair_products, pair_ring, pair_steps, pair_update, spread_gate_inputs)
 from .gqa_repeat import value_heads_view
-from .in_proj import issue_loads, sum_columns
-from .layout import load_channel_major, store_rows
+from .layout import load_channel_major, store_rows, token_columns
 
 L2NORM_EPS = 1e-6     # l2norm(x) = x * rsqrt(sum(x^2) + eps): eps inside the sqrt, on the sum
+# The verify form keeps every token's state: where a program has at most this many (batch, head)
+# pairs, each token's state is copied (ScalarE) to one of two rings and stored from there, so that
+# the next token's update waits for the copy, not for the store (with more pairs the copies cost
+# more than the wait: the book's chapter on T tokens).
+VERIFY_COPY_PAIRS = 8
 
 
-def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurrent_state,
-                           ones=None, weight_loads=None, store_queue=False, fill=None, ring=None,
-                           store=True, first=None, stage=None):
+class PairInputs(nl.NKIObject):
+    """One call's inputs of gated_delta_rule_block, channel-major, and the constants that preparing
+    its chunks of pairs reads.
+
+    Fields:
+        q, k: [dk, nq, B] @ SBUF, bf16 or fp32, raw queries and keys (nq: nv, or the nk key heads,
+            value head h reading key head h // G).
+        v: [dv, nv, B] @ SBUF, bf16 or fp32.
+        a, b: [nv, B] @ SBUF, bf16 or fp32, the in_proj_a and in_proj_b outputs.
+        A_log, dt_bias: [nv, 1] @ SBUF, fp32 (gate_params).
+        ones: pair_ones(dk, dv, nv), or None: built when the call starts.
+        hp, ident: head_params(A_log, dt_bias, P) and identity(), or None: built when the call
+            starts (`ready`).
+        o_dtype: the dtype of the call's o.
+        chunk: the first chunk of pairs, prepared ahead (prepare_gates, prepare_qk), or None.
+    """
+
+    def __init__(self, q, k, v, a, b, gate_params, ones=None):
+        self.q = q
+        self.k = k
+        self.v = v
+        self.a = a
+        self.b = b
+        self.A_log, self.dt_bias = gate_params
+        self.ones = ones
+        self.hp = None
+        self.ident = None
+        self.o_dtype = None
+        self.chunk = None
+
+    def ready(self, o_dtype):
+        """The constants not given yet, in the order the call issues them."""
+        if self.ones is None:
+            self.ones = pair_ones(self.q.shape[0], self.v.shape[0], self.v.shape[1])
+        if self.ident is None:
+            self.ident = identity()
+        if self.hp is None:
+            self.hp = head_params(self.A_log, self.dt_bias, self.ones.shape[0])
+        if self.o_dtype is None:
+            self.o_dtype = o_dtype
+
+
+def gated_delta_rule_block(o, new_state, ins, recurrent_state, ring=None, store=True, copy=None,
+                           beside=None):
     """One decode step of the gated delta rule on channel-major SBUF tiles, state HBM -> HBM.
 
     Dimensions:
@@ -35,36 +87,24 @@ def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurren
     Args:
         o (nl.ndarray): [dv, nv, B] @ SBUF, any float dtype, written: o[j, h, b] = o_hbm[b, h, j].
         new_state (nl.ndarray): [B, nv, dk, dv] @ HBM, fp32, written.
-        q (nl.ndarray): [dk, nq, B] @ SBUF, bf16 or fp32, raw queries.
-        k (nl.ndarray): [dk, nq, B] @ SBUF, bf16 or fp32, raw keys.
-        v (nl.ndarray): [dv, nv, B] @ SBUF, bf16 or fp32.
-        a (nl.ndarray): [nv, B] @ SBUF, bf16 or fp32, in_proj_a output.
-        b (nl.ndarray): [nv, B] @ SBUF, bf16 or fp32, in_proj_b output.
-        A_log (nl.ndarray): [nv, 1] @ SBUF, fp32.
-        dt_bias (nl.ndarray): [nv, 1] @ SBUF, fp32.
+        ins (PairInputs): q, k, v, a, b and the head parameters.
         recurrent_state (nl.ndarray): [B, nv, dk, dv] @ HBM, fp32, read only.
-        ones (nl.ndarray): optional, fold_ones(dk, dv, nv) built by a caller that reuses it;
-            built here if None.
-        weight_loads (list): optional, another stage's pending weight DMAs, (SBUF tile, HBM
-            source, ...) each (in_proj.column_weight_loads): issued after the state's first loads
-            and before its first store, so that they do not queue behind the stores.
-        store_queue (bool): the state stores on SyncE's hardware-DGE queue
-            (delta_rule_pairs.move_pairs), behind whatever the caller put there; ignored with
-            weight_loads, which must finish ahead of the stores and so share their queues.
-        fill (dict): optional, another stage's projection opened with in_proj.open_columns, its
-            weight DMAs issued: one weight chunk's matmuls go before the first chunk's
-            preparation and before each piece of the first sub-chunk's operands, where TensorE
-            waits on VectorE and ScalarE (TensorE runs in program order); never its last chunk.
         ring (nl.ndarray): optional, the state ring an earlier call returned, holding the state
             this call starts from (every sub-chunk in a slot of its own: `ring_holds_state`);
             recurrent_state is then not read (None is fine).
         store (bool): False leaves the new state in the returned ring only (new_state may be
             None): a later call continues from it without a round trip through HBM.
-        stage (nl.ndarray): optional, a ring-shaped SBUF tile (delta_rule_pairs.pair_ring): each
+        copy (nl.ndarray): optional, a ring-shaped SBUF tile (delta_rule_pairs.pair_ring): each
             sub-chunk's new state is copied there (ScalarE) and stored from it, so that a next
             call's update of the ring waits for the copy, not for the store.
-        first (dict): optional, this call's entry of `prepare_gates` / `prepare_qk`: its first
-            chunk of pairs prepared ahead (with the constants it read); ones is then ignored.
+        beside (object): optional, work of the caller's that shares the engines with the
+            recurrence (the fused kernel's z projection, kernels/overlap.py). The recurrence hands
+            it the points where that work may go, in program order: beside.state_loads_issued()
+            once the first state loads are issued (a DMA issued then runs ahead of the state
+            stores), beside.tensor_idle() where TensorE would wait on VectorE and ScalarE (before
+            the first chunk's preparation and each piece of the first sub-chunk's operands), and
+            beside.store_queue(), the engine whose queue takes the state stores (None: the
+            compiler's queues).
 
     Returns:
         The state ring, [dk, slots, pairs, dv] fp32 SBUF; `o` and `new_state` hold the results.
@@ -98,18 +138,10 @@ def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurren
             o[:, h, b_] = S.T @ q[:, h, b_]
             new_state[b_, h] = S
     """
-    _check_block_args(o, new_state, q, k, v, a, b, A_log, dt_bias, recurrent_state)
-    dk, _, B = q.shape
-    dv, nv, _ = v.shape
-    if first is None:
-        if ones is None:
-            ones = fold_ones(dk, dv, nv)
-        ident = identity()
-        hp = head_params(A_log, dt_bias, ones.shape[0])    # -exp(A_log), dt_bias on every partition
-        ins = (q, k, v, a, b, hp, o.dtype, ident, ones)   # what a chunk's preparation reads
-    else:
-        ins = first["ins"]
-        ident = ins[7]
+    _check_block_args(o, new_state, ins, recurrent_state)
+    dk, _, B = ins.q.shape
+    dv, nv, _ = ins.v.shape
+    ins.ready(o.dtype)
     steps = pair_steps(B, nv)
     expect((ring is None and store) or ring_holds_state(B, nv), "ring",
            "a state ring kept across calls only where it holds the whole state "
@@ -120,18 +152,19 @@ def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurren
         source = recurrent_state
     for i in range(STATE_BUFFERS - 1):                   # the loads run ahead of compute
         _load_pairs(ring, source, steps, i)
-    if weight_loads is not None:
-        issue_loads(weight_loads)
+    queue = None
+    if beside is not None:
+        beside.state_loads_issued()
+        queue = beside.store_queue()
     pads = (padded_columns(dk, ring.shape[2], "k_pad"), padded_columns(dv, ring.shape[2],
                                                                       "delta_pad"))
-    _fill_tensor(fill)
-    if first is None:
+    _tensor_idle(beside)
+    chunk = ins.chunk
+    if chunk is None:
         chunk = _prepare_pairs({"b0": 0, "bc": steps[0][1]}, ins)
-    else:
-        chunk = first["chunk"]
     ops = _start_operands(chunk, ring, steps, 0, pads)
     for j in range(ops["pieces"]):
-        _fill_tensor(fill)
+        _tensor_idle(beside)
         _operand_pieces(ops, j, j + 1)
     nxt = chunk
     staged = 0                                            # stages of nxt issued so far
@@ -156,20 +189,14 @@ def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurren
         decay_odd_groups(ring, i, steps, chunk["gbc"])
         done = 0
         for g in range(groups):                           # S = exp(g) S + k delta^T, a group
-            pair_update(ring, i, steps, ops["k_rows"], ops["d_rows"], chunk["gbc"], ident, g)
+            pair_update(ring, i, steps, ops["k_rows"], ops["d_rows"], chunk["gbc"], ins.ident, g)
             if upcoming_ops is not None:                  # and a share of i + 1's operands
                 done = _operand_pieces(upcoming_ops, done,
                                        (g + 1) * upcoming_ops["pieces"] // groups)
             if nxt is not chunk and s0 > 0:               # and one of the next chunk's
                 staged = _prepare_stages(nxt, ins, staged, staged + 1)
         if store:
-            src = ring
-            if stage is not None:
-                nisa.tensor_copy(stage[:, i % stage.shape[1]], ring[:, i % ring.shape[1]],
-                                 engine=nisa.engine.scalar)
-                src = stage
-            move_pairs(src, new_state, steps, i, load=False,
-                       store_queue=store_queue and weight_loads is None)
+            _store_pairs(ring, copy, new_state, steps, i, queue)
         if s0 + mc == bc * nv:                            # the chunk's last sub-chunk
             nisa.tensor_copy(o[:, :, b0:b0 + bc].permute((0, 2, 1)),
                              chunk["o"].reshape_dim(1, (bc, nv)))
@@ -178,61 +205,137 @@ def gated_delta_rule_block(o, new_state, q, k, v, a, b, A_log, dt_bias, recurren
     return ring
 
 
-def prepare_gates(ab, A_log, dt_bias, ones, o_dtype, hp=None):
-    """The gates of the first chunk of pairs of T calls of gated_delta_rule_block (one per token
-    of the same sequences), before any of them runs: they read only a, b and the head
-    parameters, so that a caller can issue them as soon as a and b are projected. A function
-    over every token at a time (one ScalarE table load per function, not one per token), the
-    gates' PSUM inputs copied to SBUF (T tokens do not hold T banks). Finish with prepare_qk.
+def gated_delta_rule_tokens(o, new_state, recurrent_state, tokens, h0, beside=None):
+    """T tokens per sequence of the recurrence (a speculative-decoding verify step; one with T = 1),
+    token t starting from the state token t - 1 left, for value heads h0 .. h0 + nh - 1 of the
+    state tensors (all of them, or one program's share on an LNC grid).
 
     Args:
-        ab (list): per token, (a, b) [nv, B] @ SBUF, as gated_delta_rule_block takes them.
-        A_log, dt_bias (nl.ndarray): [nv, 1] @ SBUF, fp32.
-        ones (nl.ndarray): fold_ones(dk, dv, nv).
-        o_dtype: the dtype of each call's o.
-        hp (nl.ndarray): optional, head_params(A_log, dt_bias, ones.shape[0]) issued before, where
-            the caller wants it (A_log and dt_bias are then not read); None: issued here.
+        o (nl.ndarray): [dv, nh, B * T] @ SBUF, written: token t of sequence b in column b * T + t.
+        new_state (nl.ndarray): @ HBM, fp32, written: [B, nv, dk, dv], the state after the last
+            token; or [B, T, nv, dk, dv], the state after each token.
+        recurrent_state (nl.ndarray): [B, nv, dk, dv] @ HBM, fp32, read only.
+        tokens (list): T PairInputs, token t's columns (token_inputs, or prepare_gates and
+            prepare_qk).
+        h0 (int): the first value head; nh = o.shape[1].
+        beside (object): optional, as gated_delta_rule_block's, given to every token's call and
+            told first which token that is: beside.token_starts(t, T).
+
+    Notes:
+        - The state stays in the recurrence's ring between two tokens where the ring holds all of
+          it (`ring_holds_state`); else it goes through HBM (scratch, where only the last token's
+          state is kept).
+        - Keeping every token's state with at most VERIFY_COPY_PAIRS pairs, each token's state is
+          stored from a copy (gated_delta_rule_block's `copy`), two rings in turn.
+    """
+    T = len(tokens)
+    dv, nh, _ = o.shape
+    B, nv, dk, _ = recurrent_state.shape
+    keep = ring_holds_state(B, nh)
+    every = len(new_state.shape) == 5
+    scratch = None
+    if T > 1 and not every and not keep:
+        scratch = nl.ndarray((B, T - 1, nv, dk, dv), nl.float32, buffer=nl.hbm, name="token_states")
+    copies = None
+    if every and keep and T > 1 and B * nh <= VERIFY_COPY_PAIRS:
+        steps = pair_steps(B, nh)
+        copies = [pair_ring(dk, dv, steps, "state_copy"), pair_ring(dk, dv, steps, "state_copy")]
+    src = recurrent_state
+    ring = None
+    for t in range(T):
+        dst = new_state
+        if every:
+            dst = new_state[:, t]
+        elif t < T - 1 and not keep:
+            dst = scratch[:, t]
+        copy = None
+        if copies is not None and t < T - 1:
+            copy = copies[t % 2]
+        if not keep:
+            ring = None
+        if beside is not None:
+            beside.token_starts(t, T)
+        ring = gated_delta_rule_block(token_columns(o, t, T), dst[:, h0:h0 + nh], tokens[t],
+                                      src[:, h0:h0 + nh], ring, every or t == T - 1 or not keep,
+                                      copy, beside)
+        src = dst
+
+
+def token_inputs(q, k, v, a, b, gate_params, hp, ones, T):
+    """T PairInputs, token t's columns (b * T + t) of each channel-major tile: each call of the
+    block prepares its own chunks, its identity built where it starts (hp and ones, given, are
+    shared)."""
+    tokens = []
+    for t in range(T):
+        ins = PairInputs(token_columns(q, t, T), token_columns(k, t, T), token_columns(v, t, T),
+                         token_columns(a, t, T), token_columns(b, t, T), gate_params, ones)
+        ins.hp = hp
+        tokens.append(ins)
+    return tokens
+
+
+def prepare_gates(a, b, gate_params, hp, ones, T):
+    """The gates of the first chunk of pairs of T tokens' calls of gated_delta_rule_block (the same
+    sequences, token after token), before any of them runs: they read only a, b and the head
+    parameters, so that a caller can issue them as soon as a and b are projected. A function over
+    every token at a time (one ScalarE table load per function, not one per token), the gates'
+    PSUM inputs copied to SBUF (T tokens do not hold T banks). Finish with prepare_qk.
+
+    Args:
+        a, b (nl.ndarray): [nv, B * T] @ SBUF: token t of sequence b in column b * T + t.
+        gate_params (tuple): (A_log, dt_bias), [nv, 1] @ SBUF, fp32.
+        hp (nl.ndarray): head_params(A_log, dt_bias, ones.shape[0]), issued where the caller
+            wants it.
+        ones (nl.ndarray): pair_ones(dk, dv, nv).
+        T (int): tokens per sequence.
 
     Returns:
-        A list of T dicts: each call's `first` once prepare_qk has run.
+        A list of T PairInputs, q, k and v not yet set (prepare_qk).
     """
     ident = identity()
-    if hp is None:
-        hp = head_params(A_log, dt_bias, ones.shape[0])
-    firsts = []
-    for t in range(len(ab)):
-        a, b = ab[t]
-        firsts.append({"ins": (None, None, None, a, b, hp, o_dtype, ident, ones),
-                       "chunk": {"b0": 0, "bc": pair_steps(a.shape[1], a.shape[0])[0][1]}})
+    tokens = []
+    for t in range(T):
+        ins = PairInputs(None, None, None, token_columns(a, t, T), token_columns(b, t, T),
+                         gate_params, ones)
+        ins.hp = hp
+        ins.ident = ident
+        ins.chunk = {"b0": 0, "bc": pair_steps(a.shape[1] // T, a.shape[0])[0][1]}
+        tokens.append(ins)
     for s in range(PREP_QK, PREP_STEPS - 1):
-        for t in range(len(firsts)):
-            c = firsts[t]["chunk"]
-            _prepare_step(c, firsts[t]["ins"], s)
+        for t in range(T):
+            c = tokens[t].chunk
+            _prepare_step(c, tokens[t], s)
             if s == PREP_QK + 1:
                 c["ab"] = _to_sbuf(c["ab"], "ab_sb")
     for i in range(2):                                    # the last gate step, a function at a time
-        for t in range(len(firsts)):
-            gate_function(firsts[t]["chunk"], i)
-    return firsts
+        for t in range(T):
+            gate_function(tokens[t].chunk, i)
+    return tokens
 
 
-def prepare_qk(firsts, qkv):
-    """The rest of prepare_gates' chunks: l2norm(q, k) and k . q of each token, (q, k, v) per
-    token in `qkv`, a step over every token at a time (each step's PSUM sums read, or copied to
-    SBUF, before the next token's), so that only the state update is left between two tokens."""
-    for t in range(len(firsts)):
-        q, k, v = qkv[t]
-        firsts[t]["ins"] = (q, k, v) + firsts[t]["ins"][3:]
+def prepare_qk(tokens, q, k, v, o):
+    """The rest of prepare_gates' chunks: l2norm(q, k) and k . q of each token, a step over every
+    token at a time (each step's PSUM sums read, or copied to SBUF, before the next token's), so
+    that only the state update is left between two tokens. q, k [dk, nq, B * T], v [dv, nv, B * T]
+    @ SBUF, token t in column b * T + t; o: the tile the tokens' outputs go to (its dtype).
+    Returns `tokens`, ready for gated_delta_rule_tokens."""
+    T = len(tokens)
+    for t in range(T):
+        tokens[t].q = token_columns(q, t, T)
+        tokens[t].k = token_columns(k, t, T)
+        tokens[t].v = token_columns(v, t, T)
+        tokens[t].o_dtype = o.dtype
     for s in range(PREP_QK):
         if s == 2:
             continue                                      # with step 1 (its PSUM sums' reader)
-        for t in range(len(firsts)):
-            c = firsts[t]["chunk"]
-            _prepare_step(c, firsts[t]["ins"], s)
+        for t in range(T):
+            c = tokens[t].chunk
+            _prepare_step(c, tokens[t], s)
             if s == 1:
-                _prepare_step(c, firsts[t]["ins"], 2)
+                _prepare_step(c, tokens[t], 2)
             elif s == 5:
                 c["kq"] = _to_sbuf(c["kq"], "kq_sb")
+    return tokens
 
 
 def first_chunk_pairs(B, nv):
@@ -261,12 +364,20 @@ def _load_pairs(ring, source, steps, i):
         move_pairs(ring, source, steps, i, load=True)
 
 
-def _fill_tensor(fill):
-    """The next weight chunk's matmuls of the `fill` projection, if any, on TensorE here; never its
-    last chunk, which the caller places after the recurrence: that chunk lands last, and its
-    matmuls and eviction here would hold the recurrence's remaining in-order work behind it."""
-    if fill is not None and fill["next"] < fill["n_chunks"] - 1:
-        sum_columns(fill, 1)
+def _store_pairs(ring, copy, new_state, steps, i, queue):
+    """Sub-chunk i's new state to HBM from its ring slot, or from a copy of it (ScalarE)."""
+    src = ring
+    if copy is not None:
+        nisa.tensor_copy(copy[:, i % copy.shape[1]], ring[:, i % ring.shape[1]],
+                         engine=nisa.engine.scalar)
+        src = copy
+    move_pairs(src, new_state, steps, i, load=False, store_queue=queue)
+
+
+def _tensor_idle(beside):
+    """The caller's work for a TensorE wait, if any (gated_delta_rule_block's beside)."""
+    if beside is not None:
+        beside.tensor_idle()
 
 
 # SBUF per partition a prepared pair holds until its update: q, k (8 B), the gates (8), k . q (4),
@@ -302,7 +413,7 @@ def _prepare_step(c, ins, s):
     PSUM [dv, n] k . q; gbc [P, 2, n] exp(g), beta per pair on every partition. Issued a stage
     per update group under the previous chunk, the chains' waits fall between groups instead of
     holding up every engine at once."""
-    q, k, v, a, b, hp, o_dtype, ident, ones = ins
+    q, k, v, a, b, ones = ins.q, ins.k, ins.v, ins.a, ins.b, ins.ones
     nv = a.shape[0]
     dv = ones.shape[0]
     if v is not None:         # (the gates' steps need only a, b: prepare_gates)
@@ -314,24 +425,24 @@ def _prepare_step(c, ins, s):
         c["v"] = nl.ndarray((dv, bc * nv), v.dtype, name="v_pairs")
         nisa.tensor_copy(c["v"].reshape_dim(1, (bc, nv)), v[:, :, b0:b0 + bc].permute((0, 2, 1)),
                          engine=nisa.engine.gpsimd)
-        c["o"] = nl.ndarray((dv, bc * nv), o_dtype, name="o_pairs")
-        c["sq"] = _square_qk(q, k, b0, bc, nv)
+        c["o"] = nl.ndarray((dv, bc * nv), ins.o_dtype, name="o_pairs")
+        c["sq"] = square_qk(q, k, b0, bc, nv)
     elif s == 1:
-        c["sq"] = _sum_squares(c["sq"], consts)
+        c["sq"] = sum_qk_squares(c["sq"], consts)
     elif s == 2:
-        c["sq"] = _rstd_qk(c["sq"])
+        c["sq"] = rstd_qk(c["sq"])
     elif s == 3:
-        c["qk"] = _scale_qk(c.pop("sq"), q, k, b0, bc, nv)
+        c["qk"] = scale_qk(c.pop("sq"), q, k, b0, bc, nv)
     elif s == 4:
-        c["kq"] = _kq_products(c["qk"])
+        c["kq"] = kq_products(c["qk"])
     elif s == 5:
-        c["kq"] = _sum_kq(c["kq"], dv, consts)
+        c["kq"] = sum_kq(c["kq"], dv, consts)
     elif s == PREP_QK:
-        c["ab"] = spread_gate_inputs(a, b, b0, bc, ident)
+        c["ab"] = spread_gate_inputs(a, b, b0, bc, ins.ident)
     elif s == PREP_QK + 1:
         c["ab"] = gate_inputs(c["ab"], ones)
     else:
-        pair_gates(c, hp, s - PREP_QK - 2)
+        pair_gates(c, ins.hp, s - PREP_QK - 2)
 
 
 def _start_operands(c, ring, steps, i, pads):
@@ -366,29 +477,29 @@ def _operand_pieces(o, j0, j1):
             if (j - G) % BANK_GROUPS == 0:
                 outer_rows(o["pads"][0], mc, o["k_rows"], j - G)
         elif j == 2 * G:
-            _delta_and_output(c, o["kvsq"], s0, mc, o["pads"][1][:, 0:mc, 0])
+            delta_and_output(c, o["kvsq"], s0, mc, o["pads"][1][:, 0:mc, 0])
         else:
             if (j - 2 * G - 1) % BANK_GROUPS == 0:
                 outer_rows(o["pads"][1], mc, o["d_rows"], j - 2 * G - 1)
     return j1
 
 
-def _check_block_args(o, new_state, q, k, v, a, b, A_log, dt_bias, recurrent_state):
-    dk, nq, B = q.shape
-    dv, nv, _ = v.shape
+def _check_block_args(o, new_state, ins, recurrent_state):
+    dk, nq, B = ins.q.shape
+    dv, nv, _ = ins.v.shape
     expect(dk <= PMAX, "q", f"head_k_dim (partitions) <= {PMAX}", dk)
     expect(dv <= PMAX, "v", f"head_v_dim (partitions) <= {PMAX}", dv)
     expect(nv <= PMAX, "v", f"value heads <= {PMAX} (a and b hold them on partitions)", nv)
     expect(nv % nq == 0, "q", f"heads q.shape[1] dividing the value heads nv = {nv}", nq)
-    expect_shape(k, "k", (dk, nq, B))
-    expect_shape(v, "v", (dv, nv, B))
+    expect_shape(ins.k, "k", (dk, nq, B))
+    expect_shape(ins.v, "v", (dv, nv, B))
     expect_shape(o, "o", (dv, nv, B))
-    expect_shape(a, "a", (nv, B))
-    expect_shape(b, "b", (nv, B))
-    expect_shape(A_log, "A_log", (nv, 1))
-    expect_shape(dt_bias, "dt_bias", (nv, 1))
-    expect_dtype(A_log, "A_log", nl.float32)
-    expect_dtype(dt_bias, "dt_bias", nl.float32)
+    expect_shape(ins.a, "a", (nv, B))
+    expect_shape(ins.b, "b", (nv, B))
+    expect_shape(ins.A_log, "A_log", (nv, 1))
+    expect_shape(ins.dt_bias, "dt_bias", (nv, 1))
+    expect_dtype(ins.A_log, "A_log", nl.float32)
+    expect_dtype(ins.dt_bias, "dt_bias", nl.float32)
     states = (("recurrent_state", recurrent_state), ("new_state", new_state))
     for name, t in states:
         if t is not None:
@@ -403,7 +514,7 @@ def _pairs(x, b0, bc, nv):
     return view[:, :, :, b0:b0 + bc].permute((0, 3, 1, 2))
 
 
-def _square_qk(q, k, b0, bc, nv):
+def square_qk(q, k, b0, bc, nv):
     """k^2 and q^2 of batch rows b0 .. b0+bc-1 per value head: [dk, bc, nv, 2] fp32."""
     dk = q.shape[0]
     sq = nl.ndarray((dk, bc, nv, 2), nl.float32, name="qk_squares")
@@ -412,16 +523,9 @@ def _square_qk(q, k, b0, bc, nv):
     return sq
 
 
-def _normalize_qk(sq, q, k, b0, bc, nv, consts):
-    """l2norm of k and q over dk (partitions), q also times dk**-0.5: [dk, n, 2] fp32, [.., 0] = k.
-
-    sq holds their squares (_square_qk). A pair's [k, q] columns are adjacent: a 2-column moving
-    tile for S^T [k, q]. Three steps, one engine each (_sum_squares, _rstd_qk, _scale_qk).
-    """
-    return _scale_qk(_rstd_qk(_sum_squares(sq, consts)), q, k, b0, bc, nv)
 
 
-def _sum_squares(sq, consts):
+def sum_qk_squares(sq, consts):
     """The sums over dk of sq [dk, bc, nv, 2], on every partition: PSUM (a ones-matmul)."""
     dk = sq.shape[0]
     ss = nl.ndarray(sq.shape, nl.float32, buffer=nl.psum, name="qk_sumsq")
@@ -429,14 +533,14 @@ def _sum_squares(sq, consts):
     return ss
 
 
-def _rstd_qk(ss):
-    """rsqrt(sum + eps) of _sum_squares' sums (ScalarE)."""
+def rstd_qk(ss):
+    """rsqrt(sum + eps) of sum_qk_squares' sums (ScalarE)."""
     rstd = nl.ndarray(ss.shape, nl.float32, name="qk_rstd")
     nisa.activation(rstd, op=nl.rsqrt, data=ss, bias=L2NORM_EPS)
     return rstd
 
 
-def _scale_qk(rstd, q, k, b0, bc, nv):
+def scale_qk(rstd, q, k, b0, bc, nv):
     """k * rstd and q * dk**-0.5 * rstd (VectorE): [dk, n, 2] fp32, [.., 0] = k."""
     dk = q.shape[0]
     qk = nl.ndarray((dk, bc * nv, 2), nl.float32, name="qk")
@@ -446,12 +550,9 @@ def _scale_qk(rstd, q, k, b0, bc, nv):
     return qk
 
 
-def _k_dot_q(qk, dv, consts):
-    """k . q of every pair, on every one of dv partitions: PSUM [dv, n] (a ones-matmul over dk)."""
-    return _sum_kq(_kq_products(qk), dv, consts)
 
 
-def _kq_products(qk):
+def kq_products(qk):
     """k * q of every pair: [dk, n] fp32 (VectorE)."""
     dk, n, _ = qk.shape
     prod = nl.ndarray((dk, n), nl.float32, name="kq_prod")
@@ -459,15 +560,15 @@ def _kq_products(qk):
     return prod
 
 
-def _sum_kq(prod, dv, consts):
-    """The sums over dk of _kq_products' prod on dv partitions: PSUM [dv, n] (a ones-matmul)."""
+def sum_kq(prod, dv, consts):
+    """The sums over dk of kq_products' prod on dv partitions: PSUM [dv, n] (a ones-matmul)."""
     dk, n = prod.shape
     kq = nl.ndarray((dv, n), nl.float32, buffer=nl.psum, name="kq")
     nisa.nc_matmul(kq, consts["ones"][0:dk, 0:dv], prod, is_stationary_onezero=True)
     return kq
 
 
-def _delta_and_output(c, kvsq, s0, mc, delta=None):
+def delta_and_output(c, kvsq, s0, mc, delta=None):
     """delta (returned; written into `delta` [dv, mc] if given) and o of chunk c's pairs
     s0 .. s0+mc-1 from [S^T k, S^T q] (kvsq, read before the decay): [kv, sq] = exp(g)
     [S^T k, S^T q], delta = (v - kv) beta, o = sq + (k . q) delta, i.e. S_new^T q. Channel-major
@@ -536,8 +637,8 @@ def gated_delta_rule_hbm(new_state, q, k, v, a, b, A_log, dt_bias, recurrent_sta
     B, nv, dv = v.shape
     qT, kT, vT, a_sb, b_sb, A_sb, dt_sb = load_delta_rule_inputs(q, k, v, a, b, A_log, dt_bias)
     o = nl.ndarray((dv, B, nv), nl.bfloat16, name="o_sb")
-    gated_delta_rule_block(o.permute((0, 2, 1)), new_state, qT, kT, vT, a_sb, b_sb, A_sb, dt_sb,
-                           recurrent_state)
+    gated_delta_rule_block(o.permute((0, 2, 1)), new_state,
+                           PairInputs(qT, kT, vT, a_sb, b_sb, (A_sb, dt_sb)), recurrent_state)
     return o
 
 

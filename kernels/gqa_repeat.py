@@ -66,6 +66,24 @@ def expand_key_heads(dst, key_tile, h0, G):
                          value_heads_view(key_tile[:, j + whole:j + whole + 1], G)[:, :, 0:tail])
 
 
+def heads_for_values(qk, h0, nh, G):
+    """q and k as value heads h0 .. h0 + nh - 1 read them, from the conv output qk [d, 2, nkh, B]
+    (q, then k, of key heads h0 // G ..): views of qk where those value heads are whole GQA groups
+    (the delta rule reads key head h // G through value_heads_view: no copy), else one copy per
+    value head each (expand_key_heads), [d, nh, B]."""
+    if h0 % G == 0 and nh % G == 0:
+        return qk[:, 0], qk[:, 1]
+    copies = []
+    for i in range(2):
+        name = "q_rep"
+        if i == 1:
+            name = "k_rep"
+        dst = nl.ndarray((qk.shape[0], nh, qk.shape[3]), qk.dtype, name=name)
+        expand_key_heads(dst, qk[:, i], h0, G)
+        copies.append(dst)
+    return copies[0], copies[1]
+
+
 def gqa_repeat(dst, src):
     """Materialise the GQA expansion: dst[:, h] = src[:, h // G] along axis 1 (heads), G = nv / nk.
 

@@ -2,11 +2,15 @@
 
 Building blocks (plain functions the fused kernel calls):
   load_hidden_T(dst, hidden)               hidden [B, 1, H] @ HBM -> SBUF, H on partitions
+  load_tokens(hidden)                      hidden [B, T, H] the same way, B * T columns
   project_rows(dst, hidden_T, W, col0)     a range of output channels of hidden @ W, row-major
                                            [B, n]: in SBUF, or straight to HBM rows
-  project_columns(dst, hidden_T, W, col0)  the same range channel-major on chip, [P, T, B]
+  project_columns(dst, hidden_T, W, col0)  the same range channel-major on chip, [P, nt, B]
+  ColumnStream(dst, hidden_T, W, col0)     project_columns in steps the caller places
+  project_heads(hidden_T, W, h0, nh)       a narrow projection's rows h0 .. h0 + nh - 1
   project_pair(dst, hidden_T, W0, W1, c0)  two narrow weights at once, one matmul per row tile
   project_slices(dst, hidden_T, W, cols)   two column slices of one weight at once, the same way
+  project_qk(qk, hidden_T, W, q0, key_dim) the q and k heads q0 .. of W_in_qkv, either way
 Entry point:
   in_proj_kernel(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b) -> mixed_qkv, z, a, b   (HBM -> HBM)
 
@@ -72,6 +76,15 @@ def load_hidden_T(dst, hidden):
     return dst.permute((0, 2, 1))
 
 
+def load_tokens(hidden):
+    """hidden [B, T, H] @ HBM (bf16) on chip once, as the [128, KT, B * T] view every projection
+    takes: token t of sequence b in column b * T + t (load_hidden_T on B * T rows of one token)."""
+    B, T, H = hidden.shape
+    pmax = nl.tile_size.pmax
+    dst = nl.ndarray((pmax, B * T, H // pmax), nl.bfloat16, name="hidden_T")
+    return load_hidden_T(dst, hidden.reshape((B * T, 1, H)))
+
+
 def project_rows(dst, hidden_T, W, col0=0):
     """Project the token batch onto a range of W's output channels, row-major: [B, n] rows.
 
@@ -116,25 +129,23 @@ def project_rows(dst, hidden_T, W, col0=0):
         _rows_group(dst[:, c:c + min(width, n - c)], hidden_T, W3, col0 + c, chunks)
 
 
-def project_columns(dst, hidden_T, W, col0=0, loads=None, queue=None, by_block=False):
+def project_columns(dst, hidden_T, W, col0=0, queue=None, by_block=False):
     """Project the token batch onto a range of W's output channels, channel-major on chip.
 
     Dimensions:
         B: batch (<= 512), H = 128 * KT: hidden size, N: W's output channels,
-        P: channels per tile (dst partitions, <= 128), T: tiles, so columns col0 .. col0 + T*P - 1.
+        P: channels per tile (dst partitions, <= 128), nt: tiles, so columns col0 .. col0 + nt*P - 1.
 
     Args:
-        dst: [P, T, B] or [P, B] (T = 1) @ SBUF, bf16 (any float dtype) -- written:
+        dst: [P, nt, B] or [P, B] (nt = 1) @ SBUF, bf16 (any float dtype) -- written:
             dst[p, t, b] = (hidden @ W)[b, col0 + t*P + p], summed in fp32, rounded once.
             Any free-dim strides.
         hidden_T: [128, KT, B] @ SBUF, bf16 -- hidden_T[p, kt, b] = hidden[b, p*KT + kt], e.g. the
             view `load_hidden_T` returns. Any free-dim strides.
         W: [H, N] @ HBM, bf16 -- the weight in checkpoint layout (nn.Linear weight transposed).
         col0: first output channel (a Python int).
-        loads: optional, `column_weight_loads(dst, hidden_T, W, col0)` already issued; None:
-            each weight chunk's DMA is issued here, just before its matmuls.
         queue: optional, the engine (nisa.engine.sync) whose hardware-DGE queue carries the
-            weight DMAs issued here; None: the compiler's queues.
+            weight DMAs; None: the compiler's queues.
         by_block: a column group whose sums fit one PSUM bank is evicted one P-column block at a
             time, VectorE and ScalarE in turn, so that its first transpose waits for one block's
             copy, not the bank's (at B = 1 a [1, 512] copy takes about as long as four of the
@@ -151,71 +162,118 @@ def project_columns(dst, hidden_T, W, col0=0, loads=None, queue=None, by_block=F
           channel (P = dk); for a / b, dst [nv, B]. A column range narrower than W gives weight
           runs of (its width) * 2 bytes per row: slice only where they are at least
           MIN_SLICE_RUN_BYTES.
+        - `ColumnStream` runs the same instructions in steps the caller places.
 
     Pseudocode:
-        acc = np.zeros((B, T * P), np.float32)
+        acc = np.zeros((B, nt * P), np.float32)
         for kt in range(KT):
             rows = [p * KT + kt for p in range(128)]
-            acc += hidden_T[:, kt, :].T @ W[rows, col0:col0 + T * P]
-        dst[...] = acc.reshape(B, T, P).transpose(2, 1, 0).astype(dst.dtype)
+            acc += hidden_T[:, kt, :].T @ W[rows, col0:col0 + nt * P]
+        dst[...] = acc.reshape(B, nt, P).transpose(2, 1, 0).astype(dst.dtype)
     """
-    p = open_columns(dst, hidden_T, W, col0, loads, queue, by_block)
-    sum_columns(p, p["n_chunks"])
+    stream = ColumnStream(dst, hidden_T, W, col0, queue, by_block)
+    stream.sum(stream.n_chunks)
 
 
-def open_columns(dst, hidden_T, W, col0=0, loads=None, queue=None, by_block=False):
-    """`project_columns(dst, hidden_T, W, col0, loads, queue, by_block)` in steps: returns its
-    state for `sum_columns`, which issues the matmuls of the next weight chunks (and a column
-    group's evictions after its last chunk), so that a caller can place them in TensorE's program
-    order."""
-    W3, groups = _column_groups(dst, hidden_T, W, col0)
-    bounds = [0]                             # weight chunks before each group, and in all
-    for i in range(len(groups)):
-        group = groups[i][0]
-        bounds.append(bounds[-1] + _chunk_count(W3.shape[1], group.shape[0] * group.shape[1]))
-    return {"W3": W3, "groups": groups, "bounds": bounds, "hidden_T": hidden_T, "loads": loads,
-            "queue": queue, "chunks": _token_chunks(hidden_T.shape[2]), "n_chunks": bounds[-1],
-            "next": 0, "accs": None, "by_block": by_block}
+class ColumnStream(nl.NKIObject):
+    """`project_columns(dst, hidden_T, W, col0, queue, by_block)` in steps, so that a caller can
+    place each weight chunk's matmuls, its DMAs and the evictions in the engines' program order
+    (in-order queues: where an instruction is issued is when it can run).
+
+    Fields:
+        dst: the projection's channel-major tile, written by the evictions.
+        n_chunks: weight row chunks (of every column group, in TensorE's order).
+        next: the chunks summed so far.
+
+    Methods:
+        allocate_loads(): allocate every chunk's SBUF tile now, so that their DMAs can be issued
+            before the matmuls (issue_loads); otherwise each chunk's DMA is issued by `sum`, just
+            before its matmuls.
+        issue_loads(queue=None): issue the allocated chunks' DMAs, in order (on `queue`'s
+            hardware-DGE queue if given).
+        sum(n, hold=False): the matmuls of the next n chunks, and each column group's eviction
+            after its last chunk; hold: the last group's sums stay in PSUM until evict().
+        evict(): the held group's evictions and transposes; its PSUM banks are then free.
+    """
+
+    def __init__(self, dst, hidden_T, W, col0=0, queue=None, by_block=False):
+        self.dst = dst
+        self.W3, self.groups = _column_groups(dst, hidden_T, W, col0)
+        self.bounds = [0]                     # weight chunks before each group, and in all
+        for i in range(len(self.groups)):
+            group = self.groups[i][0]
+            self.bounds.append(self.bounds[-1] + _chunk_count(self.W3.shape[1],
+                                                              group.shape[0] * group.shape[1]))
+        self.hidden_T = hidden_T
+        self.queue = queue
+        self.by_block = by_block
+        self.chunks = _token_chunks(hidden_T.shape[2])
+        self.n_chunks = self.bounds[-1]
+        self.next = 0
+        self.loads = None                     # the chunks' (SBUF tile, HBM rows, first row tile)
+        self.accs = None                      # the PSUM banks of the group being summed
+        self.held = None                      # the group whose sums wait for evict()
+
+    def allocate_loads(self):
+        self.loads = []
+        for i in range(len(self.groups)):
+            group, c0 = self.groups[i]
+            n = self.bounds[i + 1] - self.bounds[i]
+            for j in range(n):
+                self.loads.append(_weight_chunk(self.W3, c0, group.shape[0] * group.shape[1], j,
+                                                n))
+
+    def issue_loads(self, queue=None):
+        issue_loads(self.loads, queue)
+
+    def sum(self, n, hold=False):
+        stop = min(self.next + n, self.n_chunks)
+        while self.next < stop:
+            i = self.next
+            g = 0
+            while self.bounds[g + 1] <= i:
+                g += 1
+            group, c0 = self.groups[g]
+            width = group.shape[0] * group.shape[1]
+            j = i - self.bounds[g]
+            n_chunks = self.bounds[g + 1] - self.bounds[g]
+            if j == 0:
+                self.accs = _new_accs(self.chunks, width)
+            if self.loads is None:
+                load = _weight_chunk(self.W3, c0, width, j, n_chunks)
+                issue_loads([load], self.queue)
+            else:
+                load = self.loads[i]
+            _chunk_matmuls(self.accs, self.hidden_T, load, self.chunks)
+            if j == n_chunks - 1 and hold and i == self.n_chunks - 1:
+                self.held = group
+            elif j == n_chunks - 1:
+                _columns_evict(group, self.accs, self.chunks, self.by_block)
+                if i == self.n_chunks - 1:
+                    self.accs = None          # the last group's banks are free
+            self.next = i + 1
+
+    def evict(self):
+        if self.held is not None:
+            _columns_evict(self.held, self.accs, self.chunks, self.by_block)
+            self.held = None
+            self.accs = None
 
 
-def sum_columns(p, n, hold=False):
-    """The matmuls of the next n weight chunks of an `open_columns` projection, in order; each
-    chunk's DMA just before them unless the projection was opened with its loads issued.
-
-    hold: the projection's last sums stay in PSUM until `evict_columns(p)`, so that a caller can
-    place other work between its last matmuls and its transposes."""
-    stop = min(p["next"] + n, p["n_chunks"])
-    while p["next"] < stop:
-        i = p["next"]
-        g = 0
-        while p["bounds"][g + 1] <= i:
-            g += 1
-        group, c0 = p["groups"][g]
-        width = group.shape[0] * group.shape[1]
-        j = i - p["bounds"][g]
-        n_chunks = p["bounds"][g + 1] - p["bounds"][g]
-        if j == 0:
-            p["accs"] = _new_accs(p["chunks"], width)
-        if p["loads"] is None:
-            load = _weight_chunk(p["W3"], c0, width, j, n_chunks)
-            issue_loads([load], p["queue"])
-        else:
-            load = p["loads"][i]
-        _chunk_matmuls(p["accs"], p["hidden_T"], load, p["chunks"])
-        if j == n_chunks - 1 and hold and i == p["n_chunks"] - 1:
-            p["held"] = group
-        elif j == n_chunks - 1:
-            _columns_evict(group, p["accs"], p["chunks"], p["by_block"])
-        p["next"] = i + 1
-
-
-def evict_columns(p):
-    """The evictions and transposes of the last column group `sum_columns(p, n, hold=True)`
-    left in PSUM, whose banks are then free; nothing if its sums were evicted before (its last
-    chunk summed without hold)."""
-    held = p.pop("held", None)
-    if held is not None:
-        _columns_evict(held, p.pop("accs"), p["chunks"], p["by_block"])
+def project_heads(hidden_T, W, h0, nh, name, queue=None):
+    """Columns h0 .. h0 + nh - 1 of a narrow projection (W_in_a or W_in_b: a column per value head)
+    as a new channel-major [nh, B] tile. Rows of W are too narrow to slice, so every column is
+    projected (project_columns, weight DMAs on `queue`); where nh is not all of them, rows h0 ..
+    are copied to a tile of their own by an SBUF -> SBUF DMA (a compute engine may not start at an
+    arbitrary partition)."""
+    nv = W.shape[1]
+    t = nl.ndarray((nv, hidden_T.shape[2]), nl.bfloat16, name=name)
+    project_columns(t, hidden_T, W, queue=queue)
+    if nh == nv:
+        return t
+    rows = nl.ndarray((nh, t.shape[1]), t.dtype, name=f"{name}_heads")
+    nisa.dma_copy(rows, t[h0:h0 + nh])
+    return rows
 
 
 def project_pair(dst, hidden_T, W0, W1, c0=0):
@@ -261,11 +319,11 @@ def project_pair(dst, hidden_T, W0, W1, c0=0):
 
 def project_slices(dst, hidden_T, W, cols, queue=None):
     """Two column slices of one weight at once, channel-major, with one matmul per row tile for
-    both: dst[:, i] = columns cols[i] .. cols[i] + T*P - 1 of hidden @ W, as project_columns
+    both: dst[:, i] = columns cols[i] .. cols[i] + nt*P - 1 of hidden @ W, as project_columns
     writes them (e.g. a program's q heads and its k heads of W_in_qkv).
 
     Args:
-        dst: [P, 2, T, B] @ SBUF (any float dtype), written: dst[p, i, t, b] = (hidden @ W)[b,
+        dst: [P, 2, nt, B] @ SBUF (any float dtype), written: dst[p, i, t, b] = (hidden @ W)[b,
             cols[i] + t*P + p], summed in fp32, rounded once.
         hidden_T: [128, KT, B] @ SBUF, bf16, as project_columns takes it.
         W: [H, N] @ HBM, bf16.
@@ -273,25 +331,44 @@ def project_slices(dst, hidden_T, W, cols, queue=None):
         queue: as project_columns'.
 
     Notes:
-        - The two slices' chunks fill the halves of one SBUF tile [128, 2, rows, T*P], each half
-          one contiguous run per partition: both slices' 2 * T * P sums must fit one PSUM bank
+        - The two slices' chunks fill the halves of one SBUF tile [128, 2, rows, nt*P], each half
+          one contiguous run per partition: both slices' 2 * nt * P sums must fit one PSUM bank
           (<= 512), so one matmul per row tile reads both, half project_columns' count on each.
         - The sums are evicted a block at a time (project_columns' by_block).
     """
-    P, _, T, B = dst.shape
-    width = T * P
+    P, _, nt, B = dst.shape
+    width = nt * P
     expect(len(cols) == 2, "cols", "two first columns, one per slice", cols)
     for i in range(2):
         expect(0 <= cols[i] and cols[i] + width <= W.shape[1], "cols",
-               f"slices of {T}*{P} columns inside W's {W.shape[1]}", list(cols))
-    W3 = _weight_view(W, hidden_T, dst, 3, cols[0], width, f"{T}*{P}")
+               f"slices of {nt}*{P} columns inside W's {W.shape[1]}", list(cols))
+    W3 = _weight_view(W, hidden_T, dst, 3, cols[0], width, f"{nt}*{P}")
     fmax = nl.tile_size.psum_bank_fmax
     expect(2 * width <= fmax, "dst",
-           f"[P, 2, T, B], both slices' 2 * T * P sums in one PSUM bank (<= {fmax})",
+           f"[P, 2, nt, B], both slices' 2 * nt * P sums in one PSUM bank (<= {fmax})",
            list(dst.shape))
     chunks = _token_chunks(B)
     accs = _pair_sums(hidden_T, (W3, W3), cols, width, chunks, queue)
-    _columns_evict(dst.reshape((P, 2 * T, B)), accs, chunks, True)
+    _columns_evict(dst.reshape((P, 2 * nt, B)), accs, chunks, True)
+
+
+def project_qk(qk, hidden_T, W, q0, key_dim, queue=None, by_block=False):
+    """The q and k columns of key heads q0 .. q0 + nq - 1 of W_in_qkv (columns q | k | v) into
+    qk [dk, 2, nq, B] @ SBUF: q heads in qk[:, 0], k heads in qk[:, 1], channel-major.
+
+    Every key head (nq * dk = key_dim): q | k is one column range (project_columns). A program's
+    own heads: two slices, in one matmul per row tile (project_slices) where both fit one PSUM
+    bank, else one project_columns each. queue, by_block: as project_columns'.
+    """
+    dk, _, nq, B = qk.shape
+    if nq * dk == key_dim:
+        project_columns(qk.reshape((dk, 2 * nq, B)), hidden_T, W, queue=queue, by_block=by_block)
+    elif 2 * nq * dk <= nl.tile_size.psum_bank_fmax:
+        project_slices(qk, hidden_T, W, (q0 * dk, key_dim + q0 * dk), queue=queue)
+    else:
+        for i in range(2):
+            project_columns(qk[:, i], hidden_T, W, col0=i * key_dim + q0 * dk, queue=queue,
+                            by_block=by_block)
 
 
 def _pair_sums(hidden_T, W3s, cols, width, chunks, queue=None):
@@ -314,24 +391,6 @@ def _pair_sums(hidden_T, W3s, cols, width, chunks, queue=None):
     return accs
 
 
-def column_weight_loads(dst, hidden_T, W, col0=0):
-    """The weight chunk DMAs of `project_columns(dst, hidden_T, W, col0)`, not issued: a list of
-    (SBUF tile, HBM rows of W, first row tile kt0), in the order its matmuls read them.
-
-    A caller issues them where it wants them on the DMA queues (`issue_loads`), e.g. ahead of
-    stores that wait for other work, then passes the list to project_columns as `loads`.
-    """
-    W3, groups = _column_groups(dst, hidden_T, W, col0)
-    loads = []
-    for i in range(len(groups)):
-        group, c0 = groups[i]
-        width = group.shape[0] * group.shape[1]
-        n_chunks = _chunk_count(W3.shape[1], width)
-        for j in range(n_chunks):
-            loads.append(_weight_chunk(W3, c0, width, j, n_chunks))
-    return loads
-
-
 def issue_loads(loads, queue=None):
     """Issue the DMAs of a list of (SBUF tile, HBM source, ...) loads, in order; on `queue`'s
     hardware-DGE queue if given (one in-order queue: they land in this order)."""
@@ -348,14 +407,14 @@ def _column_groups(dst, hidden_T, W, col0):
     (the group's dst [P, nt, B], its first column))."""
     if len(dst.shape) == 2:
         dst = dst.expand_dim(1)
-    P, T, B = dst.shape
+    P, nt, B = dst.shape
     pmax = nl.tile_size.pmax
     expect(P <= pmax, "dst", f"at most {pmax} partitions (channels per tile)", P)
-    W3 = _weight_view(W, hidden_T, dst, 2, col0, T * P, f"{T}*{P}")
+    W3 = _weight_view(W, hidden_T, dst, 2, col0, nt * P, f"{nt}*{P}")
     tiles = _group_columns(B, P) // P
     groups = []
-    for t0 in range(0, T, tiles):
-        groups.append((dst[:, t0:t0 + min(tiles, T - t0), :], col0 + t0 * P))
+    for t0 in range(0, nt, tiles):
+        groups.append((dst[:, t0:t0 + min(tiles, nt - t0), :], col0 + t0 * P))
     return W3, groups
 
 

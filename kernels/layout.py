@@ -7,8 +7,9 @@ one element, 2 bytes, per descriptor (contiguous run), while the DMA guides want
 partition and descriptor for full throughput (the book's NeuronCore chapter, "Descriptors").
 
 Building blocks (plain functions, inlined where they are called):
-  load_channel_major(dst, src)   HBM rows src [R, C(, K)] -> SBUF dst [P, T, R(, K)], C = T*P
-  store_rows(dst, src)           SBUF src [P, T, R(, K)] -> HBM rows dst [R, C(, K)]
+  load_channel_major(dst, src)   HBM rows src [R, C(, K)] -> SBUF dst [P, nt, R(, K)], C = nt*P
+  store_rows(dst, src)           SBUF src [P, nt, R(, K)] -> HBM rows dst [R, C(, K)]
+  load_column(vector, i0, n)     HBM vector[i0:i0 + n] -> SBUF [n, 1], one element per partition
 
 Both move rows instead, one long contiguous run per partition, and let TensorE turn [rows, P]
 blocks around (`nc_transpose`, a matmul against the identity: bit-exact on trn2) through PSUM,
@@ -34,11 +35,11 @@ def load_channel_major(dst, src):
     Dimensions:
         R: rows (tokens, or (token, head) pairs); any number, taken 128 at a time
         P: channels per tile, on dst's partitions (<= 128)
-        T: channel tiles side by side in dst's free dim; C = T * P channels per row
+        nt: channel tiles side by side in dst's free dim; C = nt * P channels per row
         K: an optional inner dim of each channel (conv_state's window); 1 if absent
 
     Args:
-        dst (nl.ndarray): [P, T, R, K] @ SBUF if src has K, else [P, T, R]; T = 1 may be left
+        dst (nl.ndarray): [P, nt, R, K] @ SBUF if src has K, else [P, nt, R]; nt = 1 may be left
             out ([P, R, K] or [P, R]). Any float dtype, any free-dim strides. Written:
             dst[p, t, r, k] = src[r, t * P + p, k], rounded once to dst's dtype if it differs.
         src (nl.ndarray): [R, C, K] or [R, C] @ HBM, bf16 or fp32. Views are fine: a column
@@ -49,34 +50,34 @@ def load_channel_major(dst, src):
 
     Notes:
         - Per chunk of <= 128 rows: ONE DMA into a staging tile, one contiguous HBM run per
-          partition. Few rows are cut into J pieces of T / J whole tiles (`_pieces`: at least
+          partition. Few rows are cut into J pieces of nt / J whole tiles (`_pieces`: at least
           MIN_PIECE_BYTES each, rows * J <= 128), so that they still spread over many DMA
           engines; a column slice of wider rows keeps J = 1 (`_rows_contiguous`).
-        - Then (T / J) * K TensorE transposes into PSUM and one eviction (`evict`) per bank.
+        - Then (nt / J) * K TensorE transposes into PSUM and one eviction (`evict`) per bank.
           An odd rows * J of bf16 would write PSUM in half words, which the compiler rejects:
           those chunks are staged and transposed in fp32 (exact, `_transpose_dtype`).
         - SBUF: the staging tile, C * K * itemsize / J bytes per partition.
         - Views the callers use: conv_state [B, C, K] as is; conv_weight [C, K] as src
-          [T, P, K] into dst [P, 1, T, K]; hidden [B, 1, H] as src [B, 128, H / 128] into dst
+          [nt, P, K] into dst [P, 1, nt, K]; hidden [B, 1, H] as src [B, 128, H / 128] into dst
           [128, 1, B, H / 128] (feature h = p * (H / 128) + kt).
 
     Pseudocode:
         for r0 in range(0, R, 128):
             rows = src[r0:r0 + 128]                      # one DMA: a contiguous run per partition
-            for t, k in product(range(T), range(K)):
+            for t, k in product(range(nt), range(K)):
                 dst[:, t, r0:r0 + 128, k] = rows[:, t * P:(t + 1) * P, k].T      # TensorE, PSUM
     """
     src, dst = _with_all_dims(src, dst, "src", "dst")
     R, C, K = src.shape
-    P, T = dst.shape[0], dst.shape[1]
+    P, nt = dst.shape[0], dst.shape[1]
     _check(dst, "dst", src, "src")
     size = _itemsize(src.dtype)
     pmax = nl.tile_size.pmax
     evictions = 0
     for r0 in range(0, R, pmax):
         rr = min(pmax, R - r0)
-        J = _pieces(rr, T, P * K * size) if _rows_contiguous(src) else 1
-        TL = T // J
+        J = _pieces(rr, nt, P * K * size) if _rows_contiguous(src) else 1
+        TL = nt // J
         tdt = _transpose_dtype(src.dtype, rr * J)
         # partition r * J + j holds piece j of row r0 + r: channels j*TL*P .. (j + 1)*TL*P - 1;
         # the DMA widens bf16 to fp32 where the transposes need it (exact)
@@ -85,14 +86,14 @@ def load_channel_major(dst, src):
         nisa.dma_copy(dst=_squeezed(rows), src=_squeezed(pieces))
         out = dst.reshape_dim(1, (J, TL))[:, :, :, r0:r0 + rr, :]             # [P, J, TL, rr, K]
         per_bank = _psum_bank_bytes() // (rr * J * _itemsize(tdt))            # transposes per bank
-        for t0, nt, k0, nk in _bank_groups(TL, K, per_bank, tiles_and_k=(J == 1)):
-            ps = nl.ndarray((P, nt, nk, rr, J), tdt, buffer=nl.psum, name="rows_in_T")
-            for i in range(nt):
+        for t0, m, k0, nk in _bank_groups(TL, K, per_bank, tiles_and_k=(J == 1)):
+            ps = nl.ndarray((P, m, nk, rr, J), tdt, buffer=nl.psum, name="rows_in_T")
+            for i in range(m):
                 for k in range(k0, k0 + nk):
                     block = _squeezed(rows[:, (t0 + i) * P:(t0 + i + 1) * P, k])  # [rr * J, P]
                     nisa.nc_transpose(dst=_squeezed(ps[:, i, k - k0]), data=block,
                                       engine=nisa.engine.tensor)
-            evict(out[:, :, t0:t0 + nt, :, k0:k0 + nk], ps.permute((0, 4, 1, 3, 2)), evictions)
+            evict(out[:, :, t0:t0 + m, :, k0:k0 + nk], ps.permute((0, 4, 1, 3, 2)), evictions)
             evictions += 1
 
 
@@ -104,14 +105,14 @@ def store_rows(dst, src, queue=None):
     Dimensions:
         R: rows (tokens, or (token, head) pairs); any number, taken 128 at a time
         P: channels per tile, on src's partitions (<= 128)
-        T: channel tiles side by side in src's free dim; C = T * P channels per row
+        nt: channel tiles side by side in src's free dim; C = nt * P channels per row
         K: an optional inner dim of each channel (conv_state's window); 1 if absent
 
     Args:
         dst (nl.ndarray): [R, C, K] or [R, C] @ HBM (views are fine, e.g. a column slice).
             Written: dst[r, t * P + p, k] = src[p, t, r, k], rounded once to dst's dtype if it
             differs.
-        src (nl.ndarray): [P, T, R, K] @ SBUF if dst has K, else [P, T, R]; T = 1 may be left out
+        src (nl.ndarray): [P, nt, R, K] @ SBUF if dst has K, else [P, nt, R]; nt = 1 may be left out
             ([P, R, K] or [P, R]). bf16 or fp32, any free-dim strides.
         queue: optional, the engine (nisa.engine.sync) whose hardware-DGE queue carries the row
             DMAs; None: the compiler's queues.
@@ -120,7 +121,7 @@ def store_rows(dst, src, queue=None):
         None; dst holds the rows.
 
     Notes:
-        - Per chunk of <= 128 rows: (T / J) * K TensorE transposes into PSUM, one eviction
+        - Per chunk of <= 128 rows: (nt / J) * K TensorE transposes into PSUM, one eviction
           (`evict`) per bank into a staging tile in dst's dtype, then ONE DMA, one contiguous
           HBM run per partition; rows cut into J pieces as in `load_channel_major`.
         - An odd P of bf16 would write PSUM in half words, which the compiler rejects: then one
@@ -130,13 +131,13 @@ def store_rows(dst, src, queue=None):
     Pseudocode:
         for r0 in range(0, R, 128):
             rows = empty((min(128, R - r0), C, K))
-            for t, k in product(range(T), range(K)):
+            for t, k in product(range(nt), range(K)):
                 rows[:, t * P:(t + 1) * P, k] = src[:, t, r0:r0 + 128, k].T      # TensorE, PSUM
             dst[r0:r0 + 128] = rows                      # one DMA: a contiguous run per partition
     """
     dst, src = _with_all_dims(dst, src, "dst", "src")
     R, C, K = dst.shape
-    P, T = src.shape[0], src.shape[1]
+    P, nt = src.shape[0], src.shape[1]
     _check(src, "src", dst, "dst")
     tdt = _transpose_dtype(src.dtype, P)
     per_bank = _psum_bank_bytes() // (P * _itemsize(tdt))                     # transposes per bank
@@ -144,8 +145,8 @@ def store_rows(dst, src, queue=None):
     evictions = 0
     for r0 in range(0, R, pmax):
         rr = min(pmax, R - r0)
-        J = _pieces(rr, T, P * K * _itemsize(dst.dtype)) if _rows_contiguous(dst) else 1
-        TL = T // J
+        J = _pieces(rr, nt, P * K * _itemsize(dst.dtype)) if _rows_contiguous(dst) else 1
+        TL = nt // J
         # partition r * J + j holds piece j of row r0 + r: channels j*TL*P .. (j + 1)*TL*P - 1
         rows = nl.ndarray((rr * J, TL * P, K), dst.dtype, buffer=nl.sbuf, name="rows_out")
         by_tile = rows.reshape_dim(1, (TL, P))                                # [rr * J, TL, P, K]
@@ -154,14 +155,14 @@ def store_rows(dst, src, queue=None):
             wide = nl.ndarray((P, J, TL, rr, K), tdt, buffer=nl.sbuf, name="rows_out_fp32")
             nisa.tensor_copy(dst=_squeezed(wide), src=_squeezed(tiles), engine=nisa.engine.gpsimd)
             tiles = wide
-        for t0, nt, k0, nk in _bank_groups(TL, K, per_bank, tiles_and_k=True):
-            ps = nl.ndarray((rr * J, nt, nk, P), tdt, buffer=nl.psum, name="rows_out_T")
-            for i in range(nt):
+        for t0, m, k0, nk in _bank_groups(TL, K, per_bank, tiles_and_k=True):
+            ps = nl.ndarray((rr * J, m, nk, P), tdt, buffer=nl.psum, name="rows_out_T")
+            for i in range(m):
                 for k in range(k0, k0 + nk):
                     block = _squeezed(tiles[:, :, t0 + i, :, k].permute((0, 2, 1)))  # [P, rr, J]
                     nisa.nc_transpose(dst=_squeezed(ps[:, i, k - k0]), data=block,
                                       engine=nisa.engine.tensor)
-            evict(by_tile[:, t0:t0 + nt, :, k0:k0 + nk], ps.permute((0, 1, 3, 2)), evictions)
+            evict(by_tile[:, t0:t0 + m, :, k0:k0 + nk], ps.permute((0, 1, 3, 2)), evictions)
             evictions += 1
         pieces = dst[r0:r0 + rr].reshape((rr * J, TL * P, K))
         if queue is None:
@@ -171,15 +172,30 @@ def store_rows(dst, src, queue=None):
                           dge_mode=nisa.dge_mode.hwdge, engine=queue)
 
 
+def load_column(vector, i0, n, name):
+    """vector[i0:i0 + n] @ HBM as a new [n, 1] SBUF tile, one element per partition: one contiguous
+    row DMA and a TensorE transpose (load_channel_major), where a DMA straight into n partitions
+    costs a descriptor per element."""
+    t = nl.ndarray((n, 1), vector.dtype, name=name)
+    load_channel_major(t, vector[i0:i0 + n].reshape((1, n)))
+    return t
+
+
+def token_columns(t, i, T):
+    """Token i's columns (b * T + i) of a channel-major [..., B * T] tile of T tokens per
+    sequence: a [..., B] view."""
+    return t.reshape_dim(len(t.shape) - 1, (t.shape[-1] // T, T))[..., i]
+
+
 def _with_all_dims(hbm, tile, hbm_arg, tile_arg):
-    """Views with every dim: hbm [R, C, K] (K = 1 if absent), tile [P, T, R, K] (T = 1 if
+    """Views with every dim: hbm [R, C, K] (K = 1 if absent), tile [P, nt, R, K] (nt = 1 if
     absent)."""
     expect(len(hbm.shape) in (2, 3), hbm_arg, "HBM rows [R, C] or [R, C, K]",
            f"shape {list(hbm.shape)}")
     if len(hbm.shape) == 2:
         hbm, tile = hbm.expand_dim(2), tile.expand_dim(len(tile.shape))
     expect(len(tile.shape) in (3, 4), tile_arg,
-           "a channel-major tile [P, T, R] or [P, R] ([P, T, R, K] or [P, R, K] for rows "
+           "a channel-major tile [P, nt, R] or [P, R] ([P, nt, R, K] or [P, R, K] for rows "
            "[R, C, K])",
            f"shape {list(tile.shape)}")
     if len(tile.shape) == 3:
@@ -189,14 +205,14 @@ def _with_all_dims(hbm, tile, hbm_arg, tile_arg):
 
 def _check(tile, tile_arg, hbm, hbm_arg):
     """The tile's partitions, tiles, rows and inner dim against the rows; src bf16 or fp32."""
-    P, T = tile.shape[0], tile.shape[1]
+    P, nt = tile.shape[0], tile.shape[1]
     R, C, K = hbm.shape
     pmax = nl.tile_size.pmax
     expect(P <= pmax, tile_arg, f"at most {pmax} partitions (channels per tile)", P)
     expect(tuple(tile.shape[2:]) == (R, K), tile_arg,
-           f"[P, T] then {hbm_arg}'s rows and inner dim {[R, K]}", list(tile.shape))
-    expect(T * P == C, tile_arg, f"T * P = {C} channels, as the rows of {hbm_arg} hold",
-           f"T = {T} tiles of P = {P}")
+           f"[P, nt] then {hbm_arg}'s rows and inner dim {[R, K]}", list(tile.shape))
+    expect(nt * P == C, tile_arg, f"nt * P = {C} channels, as the rows of {hbm_arg} hold",
+           f"nt = {nt} tiles of P = {P}")
     # transposable dtypes
     expect_dtype(tile if tile_arg == "src" else hbm, "src", (nl.bfloat16, nl.float32))
 
@@ -235,17 +251,17 @@ def _rows_contiguous(hbm):
     return hbm.shape[0] == 1 or hbm.strides[0] == hbm.shape[1] * hbm.strides[1]
 
 
-def _pieces(rows, T, tile_bytes):
-    """J: pieces a row of T tiles is cut into, the largest J | T with rows * J <= 128 partitions
+def _pieces(rows, nt, tile_bytes):
+    """J: pieces a row of nt tiles is cut into, the largest J | nt with rows * J <= 128 partitions
     and pieces of at least MIN_PIECE_BYTES (1 if none)."""
     best = 1
-    for J in range(2, T + 1):
-        if T % J == 0 and rows * J <= nl.tile_size.pmax and T // J * tile_bytes >= MIN_PIECE_BYTES:
+    for J in range(2, nt + 1):
+        if nt % J == 0 and rows * J <= nl.tile_size.pmax and nt // J * tile_bytes >= MIN_PIECE_BYTES:
             best = J
     return best
 
 
-def _bank_groups(T, K, per_bank, tiles_and_k):
+def _bank_groups(nt, K, per_bank, tiles_and_k):
     """(first tile, tiles, first k, ks) of the transposes that share one PSUM bank and one eviction.
 
     Whole tiles while their K transposes fit a bank (only if `tiles_and_k`, or K = 1: an eviction
@@ -254,10 +270,10 @@ def _bank_groups(T, K, per_bank, tiles_and_k):
     groups = []
     if K == 1 or (tiles_and_k and K <= per_bank):
         g = max(1, per_bank // K)
-        for t in range(0, T, g):
-            groups.append((t, min(g, T - t), 0, K))
+        for t in range(0, nt, g):
+            groups.append((t, min(g, nt - t), 0, K))
         return groups
-    for t in range(T):
+    for t in range(nt):
         for k in range(0, K, per_bank):
             groups.append((t, 1, k, min(per_bank, K - k)))
     return groups

@@ -1,5 +1,5 @@
-"""Every kernel the book builds, in one list: the stages, `gdn_tkg`, the composition steps, the
-verify form of the last (every token's window and state) and the last on two NeuronCores.
+"""Every kernel the book builds, in one list: the stages, `gdn_tkg`, the composition steps (steps 6
+and 7 also on two NeuronCores) and the verify form of the last (every token's window and state).
 
 Host code. The sweep, the trn runner, the tests and the book read this list instead of keeping
 their own. An entry names its kernel and its torch reference as "module:function" (imported when
@@ -89,45 +89,41 @@ ENTRIES = _STAGE_ENTRIES + (
     Entry("gdn_tkg", "kernels.gdn_tkg:gdn_tkg", "kernels.reference:gdn_tkg_ref",
           ("q", "k", "v", "a", "b", "z", "A_log", "dt_bias", "norm_weight", "recurrent_state"),
           (("out", OUTPUT), ("new_state", STATE)), "stages 4 and 5 in one kernel"),
-    _step(0, "0_staged", "kernels.steps:gdn_block_staged",
+    _step(0, "0_staged", "kernels.steps.staged:gdn_block_staged",
           "five stage kernels, activations through HBM", launches=STAGES),
-    _step(1, "1_staged_tkg", "kernels.steps:gdn_block_staged_tkg", "stages 4 and 5 fused: gdn_tkg",
-          launches=STAGES[:3] + ("gdn_tkg",)),
-    _step(2, "2_scratch", "kernels.steps:gdn_block_tkg_scratch",
-          "one kernel, HBM scratch between stages"),
-    _step(3, "3_onchip", "kernels.steps:gdn_block_tkg_onchip", "intermediates stay on chip"),
-    _step(4, "4_gqa_index", "kernels.steps:gdn_block_tkg_gqa_index",
-          "GQA by indexing, no copy"),
-    _step(5, "5_fused", "kernels.steps:gdn_block_tkg_z_queued",
-          "z after the recurrence when its weights outweigh the state: "
-          "they stream under the compute"),
-    _step(6, "6_lnc2", "kernels.steps:gdn_block_tkg_whole_qk",
-          "heads split across the two NeuronCores of an LNC=2 launch", lnc=2),
-    _step(7, "7_qk_slices", "kernels.steps:gdn_block_tkg_z_queued",
-          "each core projects only its own key heads' q | k columns, where the runs stream well",
-          lnc=2),
-    _step(8, "8_z_early", "kernels.steps:gdn_block_tkg_z_early",
-          "z's weight DMAs issued inside the recurrence, ahead of its state stores"),
-    _step(9, "9_loads_first", "kernels.steps:gdn_block_tkg_loads_first",
-          "the small inputs loaded ahead of the weights, the conv windows turned while they "
-          "stream"),
-    _step(10, "10_queue_roles", "kernels.steps:gdn_block_tkg_queue_roles",
-          "z last: every weight on one queue in TensorE's order, z's matmuls as its chunks land"),
-    _step(11, "11_off_path", "kernels.steps:gdn_block_tkg_off_path",
-          "small work off the critical path: a and b in one matmul per row tile; the gates, "
-          "window stores, z's matmuls and the norm's rsqrt moved"),
-    _step(12, "12_ready_first", "kernels.gdn_block:gdn_block_tkg",
-          "ready work first in each engine's order: z's evictions after the conv, q and k in one "
-          "matmul per row tile, the head parameters ahead, one-bank sums evicted by block",
+    _step(1, "1_staged_tkg", "kernels.steps.staged:gdn_block_staged_tkg",
+          "stages 4 and 5 fused: gdn_tkg", launches=STAGES[:3] + ("gdn_tkg",)),
+    _step(2, "2_scratch", "kernels.steps.scratch:gdn_block_tkg_scratch",
+          "one kernel, HBM scratch between the stages"),
+    _step(3, "3_onchip", "kernels.steps.onchip:gdn_block_tkg_onchip",
+          "every intermediate on chip, GQA by indexing"),
+    _step(4, "4_z_last", "kernels.steps.z_last:gdn_block_tkg_z_last",
+          "z after the recurrence where its weights outweigh the state"),
+    _step(5, "5_two_cores", "kernels.steps.two_cores:gdn_block_tkg_two_cores",
+          "the value heads split over the two NeuronCores of an LNC=2 launch", lnc=2),
+    _step(6, "6_queues", "kernels.steps.queues:gdn_block_tkg_queues",
+          "DMA queues run in issue order: z's weights ahead of the state stores, every weight on "
+          "one queue in TensorE's order"),
+    _step(6, "6_queues_lnc2", "kernels.steps.queues:gdn_block_tkg_queues",
+          "step 6 on the two NeuronCores of an LNC=2 launch", lnc=2),
+    _step(7, "7_ready_first", "kernels.gdn_block:gdn_block_tkg",
+          "ready work first in each engine's order: the small inputs and windows ahead, a | b and "
+          "the gates first, z's sums held where they would block", max_tokens=MAX_TOKENS),
+    _step(7, "7_ready_first_lnc2", "kernels.gdn_block:gdn_block_tkg",
+          "the shipped kernel on the two NeuronCores of an LNC=2 launch", lnc=2,
           max_tokens=MAX_TOKENS),
     Entry("verify", "kernels.gdn_block:gdn_block_tkg_verify",
           "kernels.reference:gdn_block_tkg_verify_ref", BLOCK_ARGS, VERIFY_OUTPUTS,
-          "step 12 keeping every token's window and state: speculative decoding's verify step",
-          max_tokens=MAX_TOKENS),
-    Entry("lnc2", "kernels.gdn_block:gdn_block_tkg", "kernels.reference:gdn_block_tkg_ref",
-          BLOCK_ARGS, BLOCK_OUTPUTS,
-          "step 12 launched on an LNC=2 grid: its value heads split between two NeuronCores",
-          lnc=2, max_tokens=MAX_TOKENS),
+          "the shipped kernel keeping every token's window and state: speculative decoding's "
+          "verify step", max_tokens=MAX_TOKENS),
 )
 BY_NAME = {e.name: e for e in ENTRIES}
 STEPS = tuple(e for e in ENTRIES if e.step is not None)
+# The composition ladder before the rebuild around one idea per step: each old sweep key and the
+# entry that now holds its idea (written into the sweep's JSON metadata).
+RENAMED = {"0_staged": "0_staged", "1_staged_tkg": "1_staged_tkg", "2_scratch": "2_scratch",
+           "3_onchip": "3_onchip", "4_gqa_index": "3_onchip", "5_fused": "4_z_last",
+           "6_lnc2": "5_two_cores", "7_qk_slices": "5_two_cores", "8_z_early": "6_queues",
+           "9_loads_first": "7_ready_first", "10_queue_roles": "6_queues",
+           "11_off_path": "7_ready_first", "12_ready_first": "7_ready_first",
+           "lnc2": "7_ready_first_lnc2", "verify": "verify"}

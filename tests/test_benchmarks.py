@@ -63,7 +63,7 @@ def test_one_row_per_variant_and_token_count_with_the_schema(quick_run):
     """Every variant at T = 1, then the two that take tokens at T = 2."""
     rows = quick_run[2]["rows"]
     assert [(r["variant"], r["T"]) for r in rows] == \
-        [(e.name, 1) for e in ENTRIES] + [("12_ready_first", 2), ("verify", 2), ("lnc2", 2)]
+        [(e.name, 1) for e in ENTRIES] + [("7_ready_first", 2), ("7_ready_first_lnc2", 2), ("verify", 2)]
     assert quick_run[2]["metadata"]["tokens"] == [1, 2]
     for r in rows:
         assert set(r) == ROW_KEYS, r["variant"]
@@ -109,11 +109,10 @@ def test_every_step_at_or_above_the_block_roofline_and_floor(quick_run):
         assert math.isclose(r["modeled_over_block_floor"], r["modeled_us"] / r["block_floor_us"])
         assert math.isclose(r["block_floor_us"] / r["block_roofline_us"],
                             costs.HBM_ROOFLINE_GBPS / costs.DMA_ACHIEVED_GBPS)
-    assert rows["5_fused"]["hbm_over_block_min"] == 1
-    assert math.isclose(rows["5_fused"]["block_roofline_us"], rows["5_fused"]["roofline_us"])
-    assert rows["6_lnc2"]["hbm_over_block_min"] > 1 and rows["0_staged"]["hbm_over_block_min"] > 1
-    # one key head (the quick shard): both programs need it, so step 7 slices nothing
-    assert rows["7_qk_slices"]["hbm_read_bytes"] == rows["6_lnc2"]["hbm_read_bytes"]
+    assert rows["4_z_last"]["hbm_over_block_min"] == 1
+    assert math.isclose(rows["4_z_last"]["block_roofline_us"], rows["4_z_last"]["roofline_us"])
+    # one key head (the quick shard): both cores read it, and a | b whole
+    assert rows["5_two_cores"]["hbm_over_block_min"] > 1 and rows["0_staged"]["hbm_over_block_min"] > 1
 
 
 def hand_block_bytes(s, T, verify):
@@ -199,7 +198,7 @@ def test_the_T_axis_runs_where_configs_say():
         for B in SWEEP_BATCHES:
             want.append((shape.name, B, 1, [e.name for e in ENTRIES]))
             if B in SWEEP_TOKEN_BATCHES:
-                want += [(shape.name, B, T, ["12_ready_first", "verify", "lnc2"])
+                want += [(shape.name, B, T, ["7_ready_first", "7_ready_first_lnc2", "verify"])
                          for T in SWEEP_TOKENS[1:]]
     assert runs == want
     args = sweep.parse_args(["--stages", "in_proj,verify", "--batches", "64", "--tokens", "1,4"])
@@ -218,7 +217,7 @@ def test_host_pipelines_add_up_their_launches(quick_run):
             assert math.isclose(r[key], sum(p[key] for p in parts)), (name, key)
         assert r["hbm_read_bytes"] == sum(p["hbm_read_bytes"] for p in parts)
         assert r["instructions"] == sum(p["instructions"] for p in parts)
-    assert all(rows[n]["launches"] == 1 for n in ("2_scratch", "5_fused"))
+    assert all(rows[n]["launches"] == 1 for n in ("2_scratch", "4_z_last"))
 
 
 def test_readme_figure_draws_the_fused_kernel_modeled(tmp_path, capsys):
@@ -242,14 +241,15 @@ def test_latency_table_lists_the_registry_steps(monkeypatch):
     row = {"best_us": 2.0, "modeled_us": 3.0, "modeled_over_block_roofline": 1.5,
            "modeled_over_block_floor": 1.25, "launches": 1}
     monkeypatch.setattr(steps, "step_row", lambda *args: row)
-    for upto, cores in (("2_scratch", (1,)), ("7_qk_slices", (1, 2))):
-        n = BY_NAME[upto].step + 1
+    for upto, cores in (("2_scratch", (1,)), ("6_queues", (1, 2))):
+        listed = [e for e in STEPS if e.step <= BY_NAME[upto].step]
+        n = len(listed)
         tables = steps.latency_table(upto=upto).split("\n\n**")
         assert len(tables) == len(steps.TARGETS)
         cells = " | ".join(["2 – 3 (1.50x; 1.25x)"] * len(steps.BATCHES))
         for (m, tp), table in zip(steps.TARGETS, tables):
             lines = table.splitlines()
-            assert lines[4:4 + n] == [f"| {e.name} | 1 | {cells} |" for e in STEPS[:n]]
+            assert lines[4:4 + n] == [f"| {e.name} | 1 | {cells} |" for e in listed]
             footer = lines[4 + n:]
             assert len(footer) == 2 * len(cores)
             for c, roof, floor in zip(cores, footer[::2], footer[1::2]):

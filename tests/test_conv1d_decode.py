@@ -15,7 +15,7 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 import nkicpu
-from kernels.conv1d_decode import WINDOW_FREE_MAX, _channel_chunks, conv1d_decode_kernel, conv1d_decode_tile
+from kernels.conv1d_decode import WINDOW_FREE_MAX, channel_chunks, conv1d_decode_kernel, conv1d_decode_tile
 from kernels.configs import GDNShape
 from kernels.layout import MIN_PIECE_BYTES
 from kernels.reference import conv1d_decode_ref, to_numpy, to_torch
@@ -56,12 +56,12 @@ def test_matches_reference(shape):
 
 
 def test_chunking_is_exercised():
-    assert len(_channel_chunks(PARTIAL.conv_dim, PARTIAL.B, PARTIAL.K)) == 2          # full tile + partial
-    chunks = _channel_chunks(CHUNKED.conv_dim, CHUNKED.B, CHUNKED.K)
+    assert len(channel_chunks(PARTIAL.conv_dim, PARTIAL.B, PARTIAL.K)) == 2          # full tile + partial
+    chunks = channel_chunks(CHUNKED.conv_dim, CHUNKED.B, CHUNKED.K)
     assert [t for _, _, t in chunks] == [6, 6, 4]
     assert all(t * CHUNKED.B * CHUNKED.K <= WINDOW_FREE_MAX for _, _, t in chunks)
     # every real shard at B <= 8 is one chunk: five instructions of compute in all
-    assert all(len(_channel_chunks(s.conv_dim, s.B, s.K)) == 1 for s in SHARD_SHAPES)
+    assert all(len(channel_chunks(s.conv_dim, s.B, s.K)) == 1 for s in SHARD_SHAPES)
 
 
 @pytest.mark.parametrize("K", [2, 3, 4])

@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures"
 FIXTURE_LABEL = "hand-made fixture from the documented schema (not a capture)"
 SMALL = ["--config", "Qwen3.5-0.8B-TP8", "--batch", "1"]   # nk = nv = 2: LNC=2 splits the heads
-SUBSET = "in_proj,12_ready_first,6_lnc2"
+SUBSET = "in_proj,7_ready_first,5_two_cores"
 
 
 @pytest.mark.skipif(kernels.NKI_BACKEND != "nkicpu", reason="the --cpu report runs the CPU model")
@@ -51,7 +51,7 @@ def test_the_cpu_report(tmp_path):
         assert m["roofline_us"] <= m["best_us"] <= m["likely_us"]
         assert Path(e["log"]).is_file()
     assert [e["launch"] for e in report["kernels"]] == ["kernel", "kernel", "kernel[2]"]
-    assert fc.CPU_LABEL in r.stdout and "6_lnc2" in r.stdout
+    assert fc.CPU_LABEL in r.stdout and "5_two_cores" in r.stdout
     assert f"wrote {tmp_path / fc.REPORT}" in r.stdout
 
 
@@ -84,9 +84,9 @@ def test_without_a_device_it_prints_the_plan_and_runs_nothing(tmp_path, monkeypa
 
 def test_the_command_lines_on_a_device(tmp_path):
     args = fc.parse_args([*SMALL, "--out", str(tmp_path)])
-    command, env = fc.kernel_step(args, "6_lnc2")
-    assert command == on_trn.kernel_command("6_lnc2", "Qwen3.5-0.8B-TP8", 1, 0, tmp_path / "6_lnc2")
-    assert env == on_trn.kernel_env(2, tmp_path / "6_lnc2" / on_trn.INSPECT_DIR)
+    command, env = fc.kernel_step(args, "5_two_cores")
+    assert command == on_trn.kernel_command("5_two_cores", "Qwen3.5-0.8B-TP8", 1, 0, tmp_path / "5_two_cores")
+    assert env == on_trn.kernel_env(2, tmp_path / "5_two_cores" / on_trn.INSPECT_DIR)
     command, env = fc.kernel_step(args, fc.PROFILED)
     assert command == [sys.executable, "-m", "benchmarks.on_trn", fc.PROFILED, "--config",
                        "Qwen3.5-0.8B-TP8", "--batch", "1", "--seed", "0", "--out", str(tmp_path),

@@ -11,7 +11,8 @@ import nkicpu
 from kernels.configs import GDNShape, model_shard
 import nki.language as nl
 from kernels.delta_rule_pairs import DMA_PAIRS, GROUP, SUB_PAIRS
-from kernels.delta_rule_state import STATE_BUFFERS, state_fold
+from kernels.delta_rule_pairs import STATE_BUFFERS
+from kernels.versions.delta_rule_fold import state_fold
 from kernels.gated_delta_rule import gated_delta_rule_hbm, gated_delta_rule_kernel
 from kernels.layout import store_rows
 from nkicpu.profile import covered_us, event_end, profile_capture

@@ -405,7 +405,7 @@ def test_project_slices_rejects_misuse():
                                              r"got \[0, 96\]"):
         nki.simulate(_slices_kernel)(hidden, W, 0, 96, 2, 32)
     wide = np.zeros((SMALL.H, 1024), BF16)
-    with pytest.raises(AssertionError, match=r"dst: expected \[P, 2, T, B\], both slices' 2 \* T \* P sums "
+    with pytest.raises(AssertionError, match=r"dst: expected \[P, 2, nt, B\], both slices' 2 \* nt \* P sums "
                                              r"in one PSUM bank \(<= 512\), got \[32, 2, 9, 2\]"):
         nki.simulate(_slices_kernel)(hidden, wide, 0, 512, 9, 32)
 

@@ -32,8 +32,8 @@ pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:Runtim
 
 TINY = GDNShape(B=2, H=128, nk=2, nv=4, dk=32, dv=32, K=4, name="tiny")
 REAL = [s.with_batch(B) for s, B in zip(TEST_SHARDS, (2, 3, 2, 3))]
-REAL_ENTRIES = ("gated_delta_rule", "gdn_tkg", "5_fused", "6_lnc2", "7_qk_slices", "8_z_early",
-                "9_loads_first", "10_queue_roles", "11_off_path", "12_ready_first")
+REAL_ENTRIES = ("gated_delta_rule", "gdn_tkg", "3_onchip", "4_z_last", "5_two_cores", "6_queues",
+                "6_queues_lnc2", "7_ready_first", "7_ready_first_lnc2")
 
 def _heads(arr, nv):
     """arr as [B, nv, rest] if it holds value heads after the batch axis, else None."""

@@ -61,7 +61,7 @@ def rows_of(case, seed=0):
 
 
 def channel_major(x, P):
-    """What the tile must hold: [R, C(, K)] -> [P, T, R(, K)], channel t * P + p on partition p."""
+    """What the tile must hold: [R, C(, K)] -> [P, nt, R(, K)], channel t * P + p on partition p."""
     R, C = x.shape[:2]
     t = x.reshape((R, C // P, P) + x.shape[2:])
     return np.ascontiguousarray(np.moveaxis(t, (0, 1, 2), (2, 1, 0)))
@@ -271,18 +271,18 @@ def store_from(shape, rows_shape):
 
 
 BAD = {
-    "C != T * P": (lambda: nki.simulate(load_into)(np.zeros((4, 256), BF16), (128, 1, 4)),
-                   r"dst: expected T \* P = 256 channels"),
+    "C != nt * P": (lambda: nki.simulate(load_into)(np.zeros((4, 256), BF16), (128, 1, 4)),
+                   r"dst: expected nt \* P = 256 channels"),
     "wrong rows": (lambda: nki.simulate(load_into)(np.zeros((4, 256), BF16), (128, 2, 5)),
-                   r"dst: expected \[P, T\] then src's rows and inner dim \[4, 1\], got \[128, 2, 5, 1\]"),
+                   r"dst: expected \[P, nt\] then src's rows and inner dim \[4, 1\], got \[128, 2, 5, 1\]"),
     "K missing": (lambda: nki.simulate(load_into)(np.zeros((4, 128, 3), BF16), (128, 1, 4)),
-                  r"dst: expected \[P, T\] then src's rows and inner dim \[4, 3\]"),
+                  r"dst: expected \[P, nt\] then src's rows and inner dim \[4, 3\]"),
     "src rank": (lambda: nki.simulate(load_into)(np.zeros((4,), BF16), (4, 1)),
                  r"src: expected HBM rows \[R, C\] or \[R, C, K\], got shape \[4\]"),
     "src dtype": (lambda: nki.simulate(load_into)(np.zeros((4, 128), np.int32), (128, 4)),
                   r"src: expected dtype bfloat16 or float32, got int32"),
-    "store C != T * P": (lambda: nki.simulate(store_from)((128, 2, 4), (4, 128)),
-                         r"src: expected T \* P = 128 channels"),
+    "store C != nt * P": (lambda: nki.simulate(store_from)((128, 2, 4), (4, 128)),
+                         r"src: expected nt \* P = 128 channels"),
     "store rank": (lambda: nki.simulate(store_from)((128, 4), (4, 128, 1, 1)),
                    r"dst: expected HBM rows \[R, C\] or \[R, C, K\]"),
 }

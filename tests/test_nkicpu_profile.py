@@ -126,7 +126,7 @@ def test_the_critical_path_of_an_lnc2_launch_names_each_cores_lanes():
     from kernels.reference import pipeline_inputs
     from kernels.registry import BY_NAME
     shape = model_shard("Qwen3.5-0.8B", 8).with_batch(1)
-    step = BY_NAME["6_lnc2"]
+    step = BY_NAME["5_two_cores"]
     p = profile_capture(nkicpu.capture(step.load_kernel())(*step.arguments(shape, pipeline_inputs(shape))))
     assert p.cores == 2
     parts = critical_path_parts(p)

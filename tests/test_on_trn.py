@@ -73,7 +73,7 @@ def test_bad_arguments_exit_2_with_a_message(argv, message, capsys):
 def test_runs_every_single_launch_kernel_and_no_host_pipeline(capsys):
     """The stage choices are the registry's single launches (the fused kernel's LNC=2 launch
     among them); a host pipeline is several launches, not one device run."""
-    assert set(STAGES) | {"gdn_tkg", "5_fused", "6_lnc2"} <= set(on_trn.RUNNABLE)
+    assert set(STAGES) | {"gdn_tkg", "4_z_last", "5_two_cores"} <= set(on_trn.RUNNABLE)
     for stage in ("0_staged", "1_staged_tkg"):
         with pytest.raises(SystemExit):
             on_trn.parse_args([stage, "--config", "Qwen3-Next-80B-TP4", "--batch", "1"])
@@ -143,8 +143,8 @@ def test_neuron_explorer_command_lines():
 
 
 def test_the_kernel_process_command_and_environment(tmp_path):
-    assert on_trn.kernel_command("6_lnc2", "Qwen3.5-27B-TP8", 1, 0, tmp_path) == \
-        [sys.executable, "-m", "benchmarks.on_trn", "6_lnc2", "--config", "Qwen3.5-27B-TP8", "--batch", "1",
+    assert on_trn.kernel_command("5_two_cores", "Qwen3.5-27B-TP8", 1, 0, tmp_path) == \
+        [sys.executable, "-m", "benchmarks.on_trn", "5_two_cores", "--config", "Qwen3.5-27B-TP8", "--batch", "1",
          "--seed", "0", "--work", str(tmp_path), "--kernel-only"]
     base = {"PATH": "/bin", "NKICPU": "1", "NEURON_PLATFORM_TARGET_OVERRIDE": "trn3"}
     env = on_trn.kernel_env(2, tmp_path / "inspect", base)
@@ -171,7 +171,7 @@ def test_the_lnc_launch_follows_the_sdk_version(lnc, nki_version, launch):
 
 
 def test_the_lnc2_step_launches_the_fused_kernel_either_way():
-    lnc2, fused = BY_NAME["7_qk_slices"], BY_NAME["5_fused"].load_kernel()
+    lnc2, fused = BY_NAME["6_queues_lnc2"], BY_NAME["6_queues"].load_kernel()
     assert on_trn.launch_kernel(lnc2, "0.7.0") is fused
     assert on_trn.launch_kernel(lnc2, "0.6.0") is not fused              # kernel[2]
 
@@ -185,10 +185,10 @@ def test_version_tuple():
 @pytest.mark.skipif(kernels.NKI_BACKEND != "nkicpu", reason="runs the kernel process on the CPU model")
 def test_the_kernel_process_on_the_cpu_model_records_the_check(tmp_path):
     env = {**os.environ, "NKICPU": "1", "PYTHONPATH": str(REPO), "OPENBLAS_NUM_THREADS": "1"}
-    cmd = on_trn.kernel_command("6_lnc2", "Qwen3.5-0.8B-TP8", 1, 0, tmp_path)
+    cmd = on_trn.kernel_command("5_two_cores", "Qwen3.5-0.8B-TP8", 1, 0, tmp_path)
     run = on_trn.kernel_process(cmd, tmp_path, env, timeout=300)
     assert run["ok"] and run["error"] is None and run["backend"] == "nkicpu" and run["launch"] == "kernel[2]"
-    assert [r["output"] for r in run["check"]] == [n for n, _ in BY_NAME["6_lnc2"].outputs]
+    assert [r["output"] for r in run["check"]] == [n for n, _ in BY_NAME["5_two_cores"].outputs]
     assert json.loads((tmp_path / on_trn.KERNEL_RUN).read_text()) == run
     assert "kernel[2]" in (tmp_path / "kernel_process.log").read_text()
 
@@ -335,11 +335,11 @@ def test_parquet_capture_and_export_with_a_stand_in_tool_and_a_fake_pyarrow(tmp_
     monkeypatch.setitem(sys.modules, "pyarrow", type(sys)("pyarrow"))
     monkeypatch.setitem(sys.modules, "pyarrow.parquet", fake)
     tool, neff, work = _stand_in(tmp_path, parquet=True)
-    args = on_trn.parse_args(["6_lnc2", "--config", "Qwen3-Next-80B-TP4", "--batch", "1"])
+    args = on_trn.parse_args(["5_two_cores", "--config", "Qwen3-Next-80B-TP4", "--batch", "1"])
     events, info = on_trn.capture_and_export(args, tool, neff, work)
     assert events == _fixture_events()
-    assert Path(info["ntff"]).name == "6_lnc2_exec_2.ntff" and info["export_format"] == "parquet"
-    assert Path(info["export"]) == work / "6_lnc2_parquet"
+    assert Path(info["ntff"]).name == "5_two_cores_exec_2.ntff" and info["export_format"] == "parquet"
+    assert Path(info["export"]) == work / "5_two_cores_parquet"
     assert on_trn.measured_total_us(info["explorer_summary"]) == pytest.approx(42.0)
     assert on_trn.measured_total_us(None) is None
     capture_log = (work / "neuron-explorer_capture.log").read_text()
@@ -505,15 +505,15 @@ def test_run_in_notebook_on_a_device_runs_the_command_and_returns_the_profile(tm
     monkeypatch.setattr(on_trn, "device_status", lambda: None)
     monkeypatch.setattr(on_trn.subprocess, "Popen", runner)
     monkeypatch.setenv("NKICPU", "1")                                     # as the notebooks set it
-    real = on_trn.run_in_notebook("5_fused", "Qwen3-Next-80B-TP4", 1, out=tmp_path)
+    real = on_trn.run_in_notebook("4_z_last", "Qwen3-Next-80B-TP4", 1, out=tmp_path)
     (cmd, cwd, env), = runner.calls
-    assert cmd == [sys.executable, "-m", "benchmarks.on_trn", "5_fused", "--config", "Qwen3-Next-80B-TP4",
+    assert cmd == [sys.executable, "-m", "benchmarks.on_trn", "4_z_last", "--config", "Qwen3-Next-80B-TP4",
                    "--batch", "1", "--out", str(tmp_path.resolve())]
     assert cwd == REPO and env["NKICPU"] == "0"
     direct = Profile.from_events(_fixture_events(), FIXTURE_LABEL)
     assert (real.label, real.total_us, real.busy) == (direct.label, direct.total_us, direct.busy)
     printed = capsys.readouterr().out
-    assert printed.startswith("$ NKICPU=0 python -m benchmarks.on_trn 5_fused") and "wrote it" in printed
+    assert printed.startswith("$ NKICPU=0 python -m benchmarks.on_trn 4_z_last") and "wrote it" in printed
 
 
 def test_run_in_notebook_raises_when_the_device_process_fails(tmp_path, monkeypatch):

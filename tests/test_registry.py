@@ -34,9 +34,20 @@ def test_entry_is_complete(entry, inputs):
 
 
 def test_steps_are_numbered_in_order():
-    assert [e.step for e in registry.STEPS] == list(range(len(registry.STEPS)))
+    """One entry per step on the cores its idea needs: steps 0 to 7 on one core but step 5 (the two
+    cores), steps 5 to 7 on two; each name starts with its step's number."""
+    one = [e.step for e in registry.STEPS if e.lnc == 1]
+    two = [e.step for e in registry.STEPS if e.lnc == 2]
+    assert one == [0, 1, 2, 3, 4, 6, 7] and two == [5, 6, 7]
+    assert [e.step for e in registry.STEPS] == sorted(e.step for e in registry.STEPS)
+    assert all(e.name.startswith(f"{e.step}_") for e in registry.STEPS)
     assert [e.kind for e in registry.ENTRIES[:5]] == ["stage"] * 5
-    assert registry.BY_NAME["6_lnc2"].lnc == registry.BY_NAME["7_qk_slices"].lnc == 2
+
+
+def test_old_sweep_keys_map_to_entries():
+    """Every key of the sweep before the ladder's rebuild names the entry that holds its idea."""
+    assert set(registry.RENAMED.values()) <= set(registry.BY_NAME)
+    assert len(registry.RENAMED) == 15 and registry.RENAMED["lnc2"] == "7_ready_first_lnc2"
 
 
 def test_block_args_are_the_signature_order():
@@ -51,9 +62,10 @@ TOKEN_ENTRIES = [e for e in registry.ENTRIES if e.max_tokens > 1]
 
 
 def test_the_fused_kernel_and_its_verify_form_take_tokens():
-    assert [e.name for e in TOKEN_ENTRIES] == ["12_ready_first", "verify", "lnc2"]
+    assert [e.name for e in TOKEN_ENTRIES] == ["7_ready_first", "7_ready_first_lnc2", "verify"]
     assert all(e.max_tokens == MAX_TOKENS and e.args == registry.BLOCK_ARGS for e in TOKEN_ENTRIES)
-    assert registry.BY_NAME["verify"].step is None and registry.BY_NAME["lnc2"].lnc == 2
+    assert registry.BY_NAME["verify"].step is None
+    assert registry.BY_NAME["7_ready_first_lnc2"].lnc == 2
 
 
 @pytest.mark.parametrize("entry", TOKEN_ENTRIES, ids=lambda e: e.name)

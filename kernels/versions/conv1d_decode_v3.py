@@ -7,7 +7,7 @@ together, with the chunks of the final kernel; the compute is still version 1's,
 import nki
 import nki.language as nl
 
-from ..conv1d_decode import _channel_chunks
+from ..conv1d_decode import channel_chunks
 from ..layout import load_channel_major, store_rows
 from .conv1d_decode_v1 import check_conv_args, conv_tile_v1
 
@@ -42,7 +42,7 @@ def conv1d_decode_v3(mixed_qkv, conv_weight, conv_state):
     conv_out = nl.ndarray((B, conv_dim), nl.bfloat16, buffer=nl.shared_hbm, name="conv_out")
     new_state = nl.ndarray((B, conv_dim, K), nl.bfloat16, buffer=nl.shared_hbm,
                            name="new_conv_state")
-    for c0, P, T in _channel_chunks(conv_dim, B, K):
+    for c0, P, T in channel_chunks(conv_dim, B, K):
         c1 = c0 + T * P
         x = nl.ndarray((P, T, B), nl.bfloat16, name="x")
         load_channel_major(x, mixed_qkv[:, c0:c1])

@@ -9,12 +9,13 @@ import nki
 import nki.language as nl
 import nki.isa as nisa
 
-from ..delta_rule_state import (PMAX, QUADRANT, block_diagonal_qk, broadcast_gates,
-                                decay_diagonals, fold_constants, fold_decay, fold_ones, move_state,
-                                outer_operands, rank1_update, spread_gates, state_products,
-                                stream_steps)
-from ..gated_delta_rule import (_delta_and_output, _k_dot_q, _normalize_qk, _square_qk,
-                                check_delta_rule_inputs, load_delta_rule_inputs)
+from ..delta_rule_pairs import PMAX, QUADRANT
+from ..gated_delta_rule import (check_delta_rule_inputs, delta_and_output, kq_products,
+                                load_delta_rule_inputs, rstd_qk, scale_qk, square_qk, sum_kq,
+                                sum_qk_squares)
+from .delta_rule_fold import (block_diagonal_qk, broadcast_gates, decay_diagonals, fold_constants,
+                              fold_decay, fold_ones, move_state, outer_operands, rank1_update,
+                              spread_gates, state_products, stream_steps)
 from ..layout import store_rows
 
 
@@ -79,7 +80,7 @@ def batched_kernel(q, k, v, a, b, A_log, dt_bias, recurrent_state, fold, slots, 
             chunk = _prepare_chunk({"b0": b0, "bc": bc}, ins)
         move_state(S, recurrent_state, steps, i + ahead, fold, load=True)   # none past the end
         kvsq = state_products(S, chunk["x"], steps, i, fold)             # S^T [k, q]
-        delta = _delta_and_output(chunk, kvsq, s0, mc)
+        delta = delta_and_output(chunk, kvsq, s0, mc)
         lhs, rhs = outer_operands(chunk["qk"], delta, s0, consts)
         diag = decay_diagonals(chunk["decay"], s0, mc, fold, consts)
         rank1_update(S, i, lhs, rhs, diag, fold)           # S = exp(g) S + k delta^T
@@ -120,7 +121,7 @@ def _prepare_chunk(c, ins):
     dv, nv, _ = v.shape
     b0, bc = c["b0"], c["bc"]
     spread = spread_gates(gates, b0, bc, consts)
-    squares = _square_qk(q, k, b0, bc, nv)
+    squares = square_qk(q, k, b0, bc, nv)
     c["v"] = nl.ndarray((dv, bc * nv), v.dtype, name="v_pairs")
     nisa.tensor_copy(c["v"].reshape_dim(1, (bc, nv)), v[:, :, b0:b0 + bc].permute((0, 2, 1)),
                      engine=nisa.engine.gpsimd)
@@ -132,3 +133,17 @@ def _prepare_chunk(c, ins):
     c["kq"] = _k_dot_q(c["qk"], dv, consts)
     c["x"] = block_diagonal_qk(c["qk"], fold, consts)
     return c
+
+
+def _normalize_qk(sq, q, k, b0, bc, nv, consts):
+    """l2norm of k and q over dk (partitions), q also times dk**-0.5: [dk, n, 2] fp32, [.., 0] = k.
+
+    sq holds their squares (square_qk). A pair's [k, q] columns are adjacent: a 2-column moving
+    tile for S^T [k, q]. Three steps, one engine each: the final kernel issues them apart.
+    """
+    return scale_qk(rstd_qk(sum_qk_squares(sq, consts)), q, k, b0, bc, nv)
+
+
+def _k_dot_q(qk, dv, consts):
+    """k . q of every pair, on every one of dv partitions: PSUM [dv, n] (a ones-matmul over dk)."""
+    return sum_kq(kq_products(qk), dv, consts)

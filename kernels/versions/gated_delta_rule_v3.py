@@ -1,7 +1,7 @@
-"""Stage 4, version 3: version 2 with the state folded, 2 KiB DMA runs (delta_rule_state)."""
+"""Stage 4, version 3: version 2 with the state folded, 2 KiB DMA runs (delta_rule_fold)."""
 import nki
 
-from ..delta_rule_state import state_fold
+from .delta_rule_fold import state_fold
 from ..gated_delta_rule import check_delta_rule_inputs
 from .gated_delta_rule_v2 import batched_kernel
 

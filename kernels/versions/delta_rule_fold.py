@@ -1,8 +1,7 @@
 """The delta rule's folded state: how versions 2 and 3 of stage 4 hold and stream it.
 
 The final kernel keeps a pair's state unfolded so that no matmul sums over two pairs
-(kernels/delta_rule_pairs.py); it shares PMAX, QUADRANT, STATE_BUFFERS, fold_ones and identity
-with this file.
+(kernels/delta_rule_pairs.py); this file keeps what only the folded versions use.
 
 A (batch, value head) pair's state S is [dk, dv] fp32, row-major in HBM. On chip it is *folded*:
 F consecutive rows share a partition, so pair p = t * R + r, row i = i0 * F + i1 sits on partition
@@ -19,24 +18,18 @@ moves data between the two layouts:
   as one matmul over their R * F (pair, fold row) rows, which must lie in one 32-row quadrant.
   ScalarE evicts the result into S.
 
-The final kernel streams its state HBM -> ring -> HBM in sub-chunks through STATE_BUFFERS on-chip
-buffers (versions 2 and 3 use one). Engines and DMA queues run in program order, so the order is the schedule: the
-load of sub-chunk i + STATE_BUFFERS - 1 is issued before sub-chunk i computes, into the buffer
-whose store sub-chunk i - 1 has just issued.
+Versions 2 and 3 stream the state through one on-chip buffer: a sub-chunk loads, computes and
+stores before the next one loads.
 """
 import nki.isa as nisa
 import nki.language as nl
 
-PMAX = nl.tile_size.pmax                        # partitions
-PSUM_BANK_FMAX = nl.tile_size.psum_bank_fmax    # fp32 elements per partition of one PSUM bank
-QUADRANT = 32                                   # partition quadrant: a small matmul's row tile
+from ..delta_rule_pairs import PMAX, PSUM_BANK_FMAX, QUADRANT, identity, sub_chunks
+
 SUB_CHUNK_PAIRS = 64                            # pairs per sub-chunk at most (stream_steps)
 # State tiles per DMA: a sub-chunk of 8 tiles moves in 4 DMAs each way, which lead the in-order
 # DMA queues in turn, so it lands before the next sub-chunk's loads share the bandwidth.
 DMA_TILES = 2
-# Sub-chunk buffers of the ring: loads run STATE_BUFFERS - 1 sub-chunks ahead of compute (with 3,
-# loads waited on stores at large B in the modeled profile; 5 gained nothing).
-STATE_BUFFERS = 4
 
 
 def state_fold(dk, dv):
@@ -68,13 +61,6 @@ def fold_ones(dk, dv, nv):
     return ones
 
 
-def identity():
-    """The [128, 128] fp32 identity (GpSimd iota, VectorE compare)."""
-    ramp = nl.ndarray((PMAX, PMAX), nl.float32, name="ramp")
-    nisa.iota(ramp, [[1, PMAX]], offset=0, channel_multiplier=-1)        # ramp[p, j] = j - p
-    ident = nl.ndarray((PMAX, PMAX), nl.float32, name="ident")
-    nisa.tensor_scalar(ident, ramp, op0=nl.equal, operand0=0.0)
-    return ident
 
 
 def fold_constants(dk, fold, ones):
@@ -122,16 +108,6 @@ def stream_steps(B, nv, fold):
     return sub_chunks(B, nv, min((PMAX // F) // R * R, SUB_CHUNK_PAIRS))
 
 
-def sub_chunks(B, nv, m):
-    """(b0, bc, s0, mc) in stream order: pairs s0 .. s0+mc-1 (mc <= m) of the chunk of batch rows
-    b0 .. b0+bc-1 (max(1, 128 // nv) rows, chunk pair p = bi * nv + h)."""
-    rows = max(1, PMAX // nv)
-    steps = []
-    for b0 in range(0, B, rows):
-        bc = min(rows, B - b0)
-        for s0 in range(0, bc * nv, m):
-            steps.append((b0, bc, s0, min(m, bc * nv - s0)))
-    return steps
 
 
 def move_state(ring, hbm, steps, i, fold, load):
