@@ -11,7 +11,9 @@ import json
 from typing import NamedTuple
 
 from matplotlib.figure import Figure
+from matplotlib.font_manager import FontProperties
 from matplotlib.patches import Rectangle
+from matplotlib.textpath import TextToPath
 
 from .profile import split_core
 
@@ -63,24 +65,79 @@ FONT = 9           # points: >= 10 px when the 10-inch figure is shown in a colu
 _LABEL_ROW = 0.9   # label rows above the lanes, in lane heights
 
 
+_TEXT = TextToPath()  # measures a label's text as Agg draws it, without a renderer
+_SEARCH_STEPS = 5000  # placements the label layout tries before it lets a line run behind a label
+
+
+def _label_width_us(label, us_per_pt):
+    """The width of a label as drawn (" label " in a box padded by 0.5 pt), in µs on the x axis."""
+    width_pt, _, _ = _TEXT.get_text_width_height_descent(f" {label} ", FontProperties(size=FONT), ismath=False)
+    return (width_pt + 2) * us_per_pt
+
+
+def _clash(a, b, lines):
+    """Whether two placed labels (row, left, right, x, align) collide: they overlap in one row or,
+    with `lines`, the upper one's mark line (from its label down to the lanes) runs behind the lower
+    label, whose white box would hide it."""
+    if a[0] == b[0]:
+        return a[1] < b[2] and b[1] < a[2]
+    upper, lower = (a, b) if a[0] > b[0] else (b, a)
+    return lines and lower[1] < upper[3] < lower[2]
+
+
+def _place(options, rows, budget, lines=True):
+    """Depth first, in the order of `options` (per label: its (align, left, right, x) placements,
+    preferred first): a placed label per option in at most `rows` rows, lower rows first; None if
+    there is no such layout or the budget (a one-item list, counted down) runs out first."""
+    placed = []
+
+    def extend(i):
+        if i == len(options):
+            return True
+        for row in range(rows):
+            for align, left, right, x in options[i]:
+                budget[0] -= 1
+                if budget[0] < 0:
+                    return False
+                label = (row, left, right, x, align)
+                if not any(_clash(label, p, lines) for p in placed):
+                    placed.append(label)
+                    if extend(i + 1):
+                        return True
+                    placed.pop()
+        return False
+    return placed if extend(0) else None
+
+
 def _label_rows(marks, ax, fig):
-    """(row, align) per mark so that no two labels in one row overlap. A label starts at its mark,
-    or ends there when it would run past the right edge; a character is about 0.6 em wide."""
+    """(row, align) per mark: labels in rows above the lanes, none overlapping another and none
+    hiding another mark's line, in few rows. A label starts at its mark ("left") or, where that
+    lets it sit lower or it would run past the right edge, ends there ("right"). Labels are placed
+    right to left, each in the lowest row it fits, so that marks close together make a staircase
+    whose lines pass no label; then fewer rows are tried. Marks too close for any such layout (or
+    for one found in _SEARCH_STEPS tries) get the lowest rows where their labels overlap none."""
     x0, x1 = ax.get_xlim()
     width_pt = fig.get_figwidth() * 72 * (ax.get_position().x1 - ax.get_position().x0)
     us_per_pt = (x1 - x0) / width_pt
-    ends, placed = [], []
-    for m in marks:
-        w = (len(m.label) + 2) * 0.6 * FONT * us_per_pt
-        left, align = (m.start_us, "left") if m.start_us + w <= x1 else (m.start_us - w, "right")
-        row = 0
-        while row < len(ends) and ends[row] > left:
-            row += 1
-        if row == len(ends):
-            ends.append(0.0)
-        ends[row] = left + w
-        placed.append((row, align))
-    return placed
+    order = sorted(range(len(marks)), key=lambda i: -marks[i].start_us)
+    options = []
+    for i in order:
+        x, w = marks[i].start_us, _label_width_us(marks[i].label, us_per_pt)
+        both = [("left", x, x + w, x), ("right", x - w, x, x)]
+        options.append([o for o in both if x0 <= o[1] and o[2] <= x1] or both[1:])
+    budget = [_SEARCH_STEPS]
+    placed = _place(options, len(marks), budget)
+    while placed:
+        fewer = _place(options, max(row for row, *_ in placed), budget)
+        if fewer is None:
+            break
+        placed = fewer
+    if placed is None:   # with a row per label, each label finds a row where it overlaps none
+        placed = _place(options, len(marks), [2 * len(marks) ** 2], lines=False)
+    rows = [None] * len(marks)
+    for i, (row, _, _, _, align) in zip(order, placed):
+        rows[i] = (row, align)
+    return rows
 
 
 def _draw_marks(ax, fig, marks, tracks, colors):
@@ -88,11 +145,9 @@ def _draw_marks(ax, fig, marks, tracks, colors):
     lanes = {}
     for y, (name, lane, _) in enumerate(tracks):
         lanes.setdefault(lane, y)
-    order = sorted(range(len(marks)), key=lambda i: marks[i].start_us)
-    placed = _label_rows([marks[i] for i in order], ax, fig)
+    placed = _label_rows(marks, ax, fig)
     top = -0.5 - _LABEL_ROW * (max([row for row, _ in placed], default=-1) + 1)
-    for i, (row, align) in zip(order, placed):
-        m, color = marks[i], colors[i]
+    for m, color, (row, align) in zip(marks, colors, placed):
         y_label = -0.5 - _LABEL_ROW * (row + 0.5)
         if m.lane is None or m.end_us is None:
             y_end = len(tracks) - 0.5 if m.lane is None else lanes[m.lane] + 0.45
@@ -117,7 +172,8 @@ def plot_timeline(profile, ax=None, title=None, marks=()):
     A thin line just under a DMA lane shows its fixed latency: from the moment its queue triggers
     it until its data may move (descriptor and semaphore time; it overlaps earlier transfers).
     `marks` (a sequence of `Mark`) label the events a text discusses; their labels, and those of the
-    HBM roofline and the best time, sit in rows above the lanes, so no label covers a bar.
+    HBM roofline and the best time, sit in rows above the lanes, so no label covers a bar, and
+    where the marks leave room, none hides another mark's line.
     """
     tracks = _tracks(profile)
     marks = list(marks)
