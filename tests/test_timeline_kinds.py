@@ -107,10 +107,6 @@ def _bars(fig):
     return bars
 
 
-def _style(fig, e):
-    return _bars(fig)[e["lane"], round(e["start_us"], 9)]
-
-
 def test_bars_take_their_kinds_colour_and_the_legend_lists_the_kinds(cap, prof):
     kinds = dma_kinds(cap, {0: "x", 1: "weights"}, {"x_copy": "copies"})
     fig = plot_timeline(prof, dma_kinds=kinds)
@@ -125,7 +121,7 @@ def test_bars_take_their_kinds_colour_and_the_legend_lists_the_kinds(cap, prof):
     for e in prof.events[:len(cap.instructions)]:
         if is_dma_lane(e["lane"]):
             kind = kinds.get(e["args"]["index"])
-            assert _style(fig, e) == (key[kind] if kind else (plain, None)), (e["name"], kind)
+            assert bars[e["lane"], round(e["start_us"], 9)] == (key[kind] if kind else (plain, None)), kind
     fills = [face for face, _ in key.values()]
     assert len(set(fills)) == len(fills) and not set(fills) & (engines | {plain})
     hatches = [hatch for _, hatch in key.values()]
