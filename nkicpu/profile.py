@@ -10,8 +10,9 @@ launches explicitly. `Profile.from_events` wraps an event list from anywhere els
 Neuron Explorer capture reduced by `nkicpu.explorer`, so that the same summary, plots and traces
 show real data under its own label. A modeled number is never called measured.
 
-Read from a profile or a capture at the end: the critical path of the likely timeline, and where a
-launch's time goes (DMA moving or not, its HBM scratch chain, what the cores of a grid share).
+Read from a profile or a capture at the end: the critical path of the likely timeline, where a
+launch's time goes (DMA moving or not, its HBM scratch chain, what the cores of a grid share), and
+what each DMA carries, in the caller's words, for a timeline's colours.
 """
 import dataclasses
 import re
@@ -444,3 +445,46 @@ def shared_writes(capture, tensor):
     if len(ids) != 1:
         raise ValueError(f"shared_writes: expected one tensor named {tensor!r}, got {len(ids)}")
     return _touched_by_several([(i.core, a) for i in capture.instructions for a in i.writes if a.alloc in ids])
+
+
+# -- what each DMA of a capture carries, for a timeline's colours (`plot_timeline(dma_kinds=...)`) --
+
+def dma_kinds(capture, arguments, outputs=None):
+    """{instruction index: kind} for a capture's DMAs, in the caller's words.
+
+    arguments  {kernel argument (a key of `capture.arguments`: position or keyword): kind}
+    outputs    {name of a shared_hbm tensor the kernel allocates (an output): kind}
+
+    A DMA that reads a mapped argument gets that argument's kind; else one that writes a kernel
+    output (a shared_hbm tensor the kernel allocated, or an argument it writes) gets the kind
+    `outputs` gives its name, or "stores"; else one that reads another argument gets "small loads".
+    Any other DMA (on chip to on chip, to or from HBM scratch) gets no kind. The entries run kind
+    by kind, in the order the kinds are named (`arguments`, `outputs`, "small loads", "stores"):
+    a timeline colours kinds in order of first appearance, so the same call on two versions of a
+    kernel gives their kinds the same colours.
+    """
+    outputs = outputs or {}
+    unknown = set(arguments) - set(capture.arguments)
+    if unknown:
+        raise ValueError(f"dma_kinds: no kernel argument {sorted(map(str, unknown))} "
+                         f"(the arguments: {list(capture.arguments)})")
+    shared = {alloc: info.name for alloc, info in capture.allocations.items() if info.buffer == "shared_hbm"}
+    unknown = set(outputs) - set(shared.values())
+    if unknown:
+        raise ValueError(f"dma_kinds: no shared_hbm tensor named {sorted(unknown)} "
+                         f"(the kernel's: {sorted(set(shared.values()), key=str)})")
+    loaded = {capture.arguments[key]: kind for key, kind in arguments.items()}
+    stored = {alloc: outputs.get(name, "stores") for alloc, name in shared.items()}
+    stored |= {alloc: "stores" for alloc in capture.arguments.values()}
+    kinds = {}
+    for ins in capture.instructions:
+        if ins.engine != "dma":
+            continue
+        reads, writes = [a.alloc for a in ins.reads], [a.alloc for a in ins.writes]
+        kind = (next((loaded[a] for a in reads if a in loaded), None)
+                or next((stored[a] for a in writes if a in stored), None)
+                or ("small loads" if set(reads) & set(capture.arguments.values()) else None))
+        if kind:
+            kinds[ins.index] = kind
+    named = list(dict.fromkeys([*arguments.values(), *outputs.values(), "small loads", "stores"]))
+    return dict(sorted(kinds.items(), key=lambda item: (named.index(item[1]), item[0])))

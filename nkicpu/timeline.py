@@ -5,15 +5,19 @@ launch), and both carry the profile's label, so a reader always sees whether the
 modeled or measured. A modeled profile is drawn on its likely timeline and shows its band (best
 and likely time). A lane whose events overlap (which can happen in a real capture, never in the
 model) is split into extra rows ("DMA q0 (2)"), because Perfetto requires the slices on one track
-to nest and never partially overlap.
+to nest and never partially overlap. A timeline can also colour each DMA by what it carries
+(`plot_timeline(dma_kinds=...)`, the kinds from `nkicpu.profile.dma_kinds`).
 """
 import json
 from typing import NamedTuple
 
 from matplotlib.figure import Figure
-from matplotlib.patches import Rectangle
+from matplotlib.font_manager import FontProperties
+from matplotlib.patches import Patch, Rectangle
+from matplotlib.textpath import TextToPath
+from matplotlib.transforms import offset_copy
 
-from .profile import split_core
+from .profile import is_dma_lane, split_core
 
 _COLORS = {"TensorE": "tab:red", "TensorE load": "lightcoral", "VectorE": "tab:green", "ScalarE": "tab:orange",
            "GpSimd": "tab:purple", "SyncE": "tab:gray"}
@@ -28,6 +32,27 @@ def _kind(lane):
 def _color(lane):
     engine = split_core(lane)[1]
     return _COLORS.get(engine, "tab:blue" if engine.startswith("DMA") else "tab:gray")
+
+
+# What DMAs carry (plot_timeline's dma_kinds), kinds in order of first appearance: light fills
+# from Paul Tol's colour-blind-safe "light" scheme and Okabe-Ito's reddish purple, none an engine's
+# colour or the plain DMA blue, each with a hatch of its own, a second cue where fills look alike.
+_KIND_STYLES = (("#EEDD88", ""), ("#99DDFF", "//"), ("#CC79A7", ".."), ("#44BB99", "xx"),
+                ("#BBCC33", "\\\\"), ("#DDDDDD", "++"))
+
+
+def _kind_styles(profile, dma_kinds):
+    """{kind: (fill, hatch)} for the kinds of `dma_kinds` ({instruction index: kind}), in order of
+    first appearance; an index that is none of the profile's DMAs is refused (another capture's?)."""
+    dmas = {e["args"].get("index") for e in profile.events if is_dma_lane(e["lane"]) and e.get("args")}
+    stray = sorted(set(dma_kinds) - dmas)
+    if stray:
+        raise ValueError(f"dma_kinds: instructions {stray[:5]} are not DMAs of this profile")
+    kinds = list(dict.fromkeys(dma_kinds.values()))
+    if len(kinds) > len(_KIND_STYLES):
+        raise ValueError(f"dma_kinds: {len(kinds)} kinds {kinds}, more than the {len(_KIND_STYLES)} a "
+                         f"timeline tells apart")
+    return dict(zip(kinds, _KIND_STYLES))
 
 
 def _tracks(profile):
@@ -63,24 +88,82 @@ FONT = 9           # points: >= 10 px when the 10-inch figure is shown in a colu
 _LABEL_ROW = 0.9   # label rows above the lanes, in lane heights
 
 
+_TEXT = TextToPath()  # measures a label's text as Agg draws it, without a renderer
+_SEARCH_STEPS = 5000  # placements the label layout tries before it lets a line run behind a label
+
+
+def _text_width_pt(text):
+    return _TEXT.get_text_width_height_descent(text, FontProperties(size=FONT), ismath=False)[0]
+
+
+def _label_width_us(label, us_per_pt):
+    """The width of a label as drawn (" label " in a box padded by 0.5 pt), in µs on the x axis."""
+    return (_text_width_pt(f" {label} ") + 2) * us_per_pt
+
+
+def _clash(a, b, lines):
+    """Whether two placed labels (row, left, right, x, align) collide: they overlap in one row or,
+    with `lines`, the upper one's mark line (from its label down to the lanes) runs behind the lower
+    label, whose white box would hide it."""
+    if a[0] == b[0]:
+        return a[1] < b[2] and b[1] < a[2]
+    upper, lower = (a, b) if a[0] > b[0] else (b, a)
+    return lines and lower[1] < upper[3] < lower[2]
+
+
+def _place(options, rows, budget, lines=True):
+    """Depth first, in the order of `options` (per label: its (align, left, right, x) placements,
+    preferred first): a placed label per option in at most `rows` rows, lower rows first; None if
+    there is no such layout or the budget (a one-item list, counted down) runs out first."""
+    placed = []
+
+    def extend(i):
+        if i == len(options):
+            return True
+        for row in range(rows):
+            for align, left, right, x in options[i]:
+                budget[0] -= 1
+                if budget[0] < 0:
+                    return False
+                label = (row, left, right, x, align)
+                if not any(_clash(label, p, lines) for p in placed):
+                    placed.append(label)
+                    if extend(i + 1):
+                        return True
+                    placed.pop()
+        return False
+    return placed if extend(0) else None
+
+
 def _label_rows(marks, ax, fig):
-    """(row, align) per mark so that no two labels in one row overlap. A label starts at its mark,
-    or ends there when it would run past the right edge; a character is about 0.6 em wide."""
+    """(row, align) per mark: labels in rows above the lanes, none overlapping another and none
+    hiding another mark's line, in few rows. A label starts at its mark ("left") or, where that
+    lets it sit lower or it would run past the right edge, ends there ("right"). Labels are placed
+    right to left, each in the lowest row it fits, so that marks close together make a staircase
+    whose lines pass no label; then fewer rows are tried. Marks too close for any such layout (or
+    for one found in _SEARCH_STEPS tries) get the lowest rows where their labels overlap none."""
     x0, x1 = ax.get_xlim()
     width_pt = fig.get_figwidth() * 72 * (ax.get_position().x1 - ax.get_position().x0)
     us_per_pt = (x1 - x0) / width_pt
-    ends, placed = [], []
-    for m in marks:
-        w = (len(m.label) + 2) * 0.6 * FONT * us_per_pt
-        left, align = (m.start_us, "left") if m.start_us + w <= x1 else (m.start_us - w, "right")
-        row = 0
-        while row < len(ends) and ends[row] > left:
-            row += 1
-        if row == len(ends):
-            ends.append(0.0)
-        ends[row] = left + w
-        placed.append((row, align))
-    return placed
+    order = sorted(range(len(marks)), key=lambda i: -marks[i].start_us)
+    options = []
+    for i in order:
+        x, w = marks[i].start_us, _label_width_us(marks[i].label, us_per_pt)
+        both = [("left", x, x + w, x), ("right", x - w, x, x)]
+        options.append([o for o in both if x0 <= o[1] and o[2] <= x1] or both[1:])
+    budget = [_SEARCH_STEPS]
+    placed = _place(options, len(marks), budget)
+    while placed:
+        fewer = _place(options, max(row for row, *_ in placed), budget)
+        if fewer is None:
+            break
+        placed = fewer
+    if placed is None:   # with a row per label, each label finds a row where it overlaps none
+        placed = _place(options, len(marks), [2 * len(marks) ** 2], lines=False)
+    rows = [None] * len(marks)
+    for i, (row, _, _, _, align) in zip(order, placed):
+        rows[i] = (row, align)
+    return rows
 
 
 def _draw_marks(ax, fig, marks, tracks, colors):
@@ -88,11 +171,9 @@ def _draw_marks(ax, fig, marks, tracks, colors):
     lanes = {}
     for y, (name, lane, _) in enumerate(tracks):
         lanes.setdefault(lane, y)
-    order = sorted(range(len(marks)), key=lambda i: marks[i].start_us)
-    placed = _label_rows([marks[i] for i in order], ax, fig)
+    placed = _label_rows(marks, ax, fig)
     top = -0.5 - _LABEL_ROW * (max([row for row, _ in placed], default=-1) + 1)
-    for i, (row, align) in zip(order, placed):
-        m, color = marks[i], colors[i]
+    for m, color, (row, align) in zip(marks, colors, placed):
         y_label = -0.5 - _LABEL_ROW * (row + 0.5)
         if m.lane is None or m.end_us is None:
             y_end = len(tracks) - 0.5 if m.lane is None else lanes[m.lane] + 0.45
@@ -111,27 +192,78 @@ def _draw_marks(ax, fig, marks, tracks, colors):
     ax.set_ylim(len(tracks) - 0.5, top)
 
 
-def plot_timeline(profile, ax=None, title=None, marks=()):
+def _draw_bars(ax, y, lane, events, visible, dma_kinds, styles):
+    """A track's bars: a DMA with a kind in its kind's fill and hatch, the others in the lane's
+    colour (one collection per kind: a collection has one hatch)."""
+    groups = {}
+    for e in events:
+        kind = dma_kinds.get(e.get("args", {}).get("index")) if is_dma_lane(lane) else None
+        groups.setdefault(kind, []).append(e)
+    for kind, group in groups.items():
+        spans = [(e["start_us"], e["dur_us"]) for e in group]
+        edges = ["black" if d >= visible else "none" for _, d in spans]
+        fill, hatch = styles[kind] if kind is not None else (_color(lane), None)
+        ax.broken_barh(spans, (y - 0.38, 0.76), facecolors=fill, edgecolors=edges, linewidth=0.25, hatch=hatch)
+
+
+_LEGEND_GAP_PT = 36  # from the axes down to the kinds' legend: room for the x tick labels and x label
+
+
+def _legend_shape(kinds, fig):
+    """(columns, height in points) of the kinds' legend: one row where it fits the figure's width
+    (an entry: a 2 em patch, 0.8 em, its text and 2 em to the next), else two."""
+    width_pt = sum(_text_width_pt(kind) + 4.8 * FONT for kind in kinds)
+    columns = len(kinds) if width_pt <= 0.9 * 72 * fig.get_figwidth() else -(-len(kinds) // 2)
+    return columns, -(-len(kinds) // columns) * 1.7 * FONT + FONT
+
+
+def _draw_kind_legend(ax, fig, styles):
+    """The DMA kinds' legend under the axes, below the x label, where it covers no bar and no label."""
+    handles = [Patch(facecolor=fill, hatch=hatch, edgecolor="black", linewidth=0.25, label=kind)
+               for kind, (fill, hatch) in styles.items()]
+    below = offset_copy(ax.transAxes, fig=fig, y=-_LEGEND_GAP_PT, units="points")
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0), bbox_transform=below,
+              ncols=_legend_shape(styles, fig)[0], fontsize=FONT, frameon=False)
+
+
+def _grow_below(fig, margin_in):
+    """Grow `fig` downwards so that its axes keep their size in inches and get `margin_in` inches
+    under them (no less than they have)."""
+    w, h = fig.get_size_inches()
+    bottom, top = fig.subplotpars.bottom, fig.subplotpars.top
+    grow = max(0.0, margin_in - bottom * h)
+    fig.set_size_inches(w, h + grow)
+    fig.subplots_adjust(bottom=(bottom * h + grow) / (h + grow), top=1 - (1 - top) * h / (h + grow))
+
+
+def plot_timeline(profile, ax=None, title=None, marks=(), dma_kinds=None):
     """One horizontal lane per engine and DMA queue, x in microseconds; returns the Figure.
 
     A thin line just under a DMA lane shows its fixed latency: from the moment its queue triggers
     it until its data may move (descriptor and semaphore time; it overlaps earlier transfers).
     `marks` (a sequence of `Mark`) label the events a text discusses; their labels, and those of the
-    HBM roofline and the best time, sit in rows above the lanes, so no label covers a bar.
+    HBM roofline and the best time, sit in rows above the lanes, so no label covers a bar, and
+    where the marks leave room, none hides another mark's line.
+    `dma_kinds` ({instruction index: kind}, e.g. from `nkicpu.profile.dma_kinds`) fills each DMA
+    with its kind's colour and hatch, kinds in order of first appearance, and adds a legend of
+    the kinds under the axes (a figure drawn into a given `ax` must leave room for it there);
+    DMAs without a kind keep the plain DMA blue.
     """
     tracks = _tracks(profile)
     marks = list(marks)
+    dma_kinds = dma_kinds or {}
+    styles = _kind_styles(profile, dma_kinds)
     if ax is None:
         fig = Figure(figsize=(10, 0.4 * len(tracks) + 1.6 + 0.3 * (len(marks) + 2)))
         ax = fig.add_subplot()
         fig.subplots_adjust(left=0.14, right=0.93)
+        if styles:      # the legend's own room under the x label, 4 pt clear of the edge
+            _grow_below(fig, (_LEGEND_GAP_PT + _legend_shape(styles, fig)[1] + 4) / 72)
     else:
         fig = ax.figure
     visible = profile.total_us / 400  # outline bars wide enough to see; outlines of tiny ones would grey a lane
     for y, (name, lane, events) in enumerate(tracks):
-        spans = [(e["start_us"], e["dur_us"]) for e in events]
-        edges = ["black" if d >= visible else "none" for _, d in spans]
-        ax.broken_barh(spans, (y - 0.38, 0.76), facecolors=_color(lane), edgecolors=edges, linewidth=0.25)
+        _draw_bars(ax, y, lane, events, visible, dma_kinds, styles)
         for e in events:        # a DMA's fixed latency: from its trigger until its data can move
             a = e.get("args", {})
             if a.get("trigger_us") is not None and a.get("latency_us"):
@@ -154,6 +286,8 @@ def plot_timeline(profile, ax=None, title=None, marks=()):
         marks.append(Mark(f"best {profile.best_us:.2f} µs", profile.best_us))
         colors.append("tab:blue")
     _draw_marks(ax, fig, marks, tracks, colors)
+    if styles:
+        _draw_kind_legend(ax, fig, styles)
     ax.text(1.008, 1.0, "busy", transform=ax.transAxes, va="bottom", ha="left", fontsize=FONT,
             color="0.45")
     has_dma = any("DMA" in lane for _, lane, _ in tracks)

@@ -1,5 +1,6 @@
-"""Marks on a timeline (nkicpu.timeline.Mark): drawn where they point, labels that never collide,
-DMA fixed latency shown, and a mark on a lane the profile lacks refused by name."""
+"""Marks on a timeline (nkicpu.timeline.Mark): drawn where they point, labels that never collide
+nor hide another mark's line, DMA fixed latency shown, and a mark on a lane the profile lacks
+refused by name."""
 import numpy as np
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -25,6 +26,26 @@ def _label_boxes(fig, labels):
     return [t.get_window_extent(renderer) for t in texts]
 
 
+def _hidden_lines(fig):
+    """(line x, label) for every mark line that runs behind a label other than its own: each line
+    runs from its label down to the lanes, and the white box behind a label lower down hides it."""
+    FigureCanvasAgg(fig).draw()
+    renderer = fig.canvas.get_renderer()
+    ax = fig.axes[0]
+    boxes = [(t.get_text().strip(), t.get_window_extent(renderer)) for t in ax.texts
+             if t.get_bbox_patch() is not None]      # the mark labels: the only texts with a box
+    hidden = []
+    for line in ax.lines:
+        xs, ys = line.get_xdata(), line.get_ydata()
+        if xs[0] != xs[1] or ys[0] == ys[1]:
+            continue                                 # not a mark's vertical line
+        (x, y_a), (_, y_b) = ax.transData.transform([(xs[0], ys[0]), (xs[1], ys[1])])
+        low, high = min(y_a, y_b), max(y_a, y_b)
+        hidden += [(xs[0], label) for label, b in boxes
+                   if low < b.y0 and b.y1 < high and b.x0 + 1 < x < b.x1 - 1]
+    return hidden
+
+
 def test_marks_labels_do_not_overlap(prof):
     t = prof.total_us
     # crowded on purpose: five instants within a few percent of the axis, one near the right edge
@@ -37,6 +58,23 @@ def test_marks_labels_do_not_overlap(prof):
             assert not a.overlaps(b), "two mark labels overlap"
     axes = fig.axes[0].get_window_extent()
     assert max(b.x1 for b in boxes) <= axes.x1 + 1, "a label runs past the plot's right edge"
+    assert _hidden_lines(fig) == []
+
+
+@pytest.mark.parametrize("where", [
+    # the stage 4 chapter's final version: the last load and the gap from it to the first store
+    # start together, an instant just after (there, the HBM roofline), the first store within the
+    # first labels' width
+    [("last state load lands", 0.40, None, None), ("no DMA moving", 0.40, 0.55, "DMA q2"),
+     ("an instant just after", 0.43, None, None), ("first state store", 0.55, None, None)],
+    # its version 3: a long label just before a mark, another long one just before the right edge
+    [("no DMA moving", 0.15, 0.40, "DMA q2"), ("a long label before the next mark", 0.32, None, None),
+     ("first state store", 0.40, None, None), ("last state load lands", 0.93, None, None)],
+])
+def test_no_label_hides_another_marks_line(prof, where):
+    t = prof.total_us
+    marks = [Mark(label, t * start, end and t * end, lane) for label, start, end, lane in where]
+    assert _hidden_lines(plot_timeline(prof, marks=marks)) == []
 
 
 def test_span_mark_outlines_its_lane(prof):
