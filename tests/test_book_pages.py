@@ -153,9 +153,9 @@ def rendered_words(html):
     """Words of a built page as a reader sees them: the visible text of the article body (the
     theme's article.bd-article: title, prose, tables, lists, admonitions, figure captions and
     Markdown a cell displays), without code blocks and text outputs (NOT_READ). Inline code in a
-    sentence counts, as the words it is. A formula counts as one word (FORMULA). The contents of
-    dropdowns and toggles count, closed or open: they are on the page. Image alt text does not
-    count. A word is a whitespace-separated token with at least one letter or digit, so "368 GB/s"
+    sentence counts, as the words it is. A formula counts as one word (FORMULA). Dropdowns (the
+    exercises' answers) and outputs behind a toggle count, closed or open: they are on the page.
+    Image alt text does not count. A word is a whitespace-separated token with at least one letter or digit, so "368 GB/s"
     is two words and a lone "—" or "|" none."""
     soup = BeautifulSoup(html, "html.parser")
     article = soup.select_one("article.bd-article") or soup.body or soup
@@ -188,6 +188,8 @@ def site_words():
 
 
 def test_rendered_pages_are_short(site_words):
+    """No page renders more than MAX_PAGE_WORDS words; the message names each page over it and
+    tabulates every page."""
     long = {page: n for page, n in site_words.items() if n > MAX_PAGE_WORDS}
     assert not long, (f"{len(long)} page(s) over {MAX_PAGE_WORDS} words as rendered: "
                       + ", ".join(f"{page} ({n})" for page, n in sorted(long.items(),
@@ -196,12 +198,15 @@ def test_rendered_pages_are_short(site_words):
 
 
 def test_rendered_book_is_short(site_words):
+    """The whole book renders fewer than MAX_BOOK_WORDS words."""
     total = sum(site_words.values())
     assert total < MAX_BOOK_WORDS, (f"the book renders {total} words, {MAX_BOOK_WORDS} or more\n\n"
                                     + words_table(site_words))
 
 
 def test_rendered_word_counter():
+    """What counts, on a small page: article text, tables, captions and dropdowns; not code,
+    text outputs, the headings' links, alt text or what lies outside the article."""
     page = """<html><body><nav>Sidebar words</nav><article class="bd-article">
       <section id="t"><h1>A title<a class="headerlink" href="#t">#</a></h1>
       <p>One <code class="docutils literal"><span class="pre">nisa.dma_copy</span></code> at
