@@ -1,19 +1,24 @@
 """The book's pages stay readable, measured on their sources: prose words per page and in all, code
 a reader sees outside the listings a page teaches from, no long paragraph said on three pages, and
-every notebook chapter opening with what it teaches and closing with takeaways.
+every notebook chapter opening with what it teaches and closing with takeaways. And measured on the
+built site (_build/html, or BOOK_HTML): the words of every page as a reader sees them, tables and
+generated lists included (see `rendered_words`); those tests skip when the book is not built.
 
 Prose: the Markdown of a page outside code fences, directive options and tables. Visible code: the
 non-blank source lines of code cells not tagged remove-input, hide-input or remove-cell.
 """
 import collections
 import json
+import os
 import re
 from pathlib import Path
 
 import pytest
 import yaml
+from bs4 import BeautifulSoup   # installed with the book's theme (pydata-sphinx-theme needs it)
 
 REPO = Path(__file__).resolve().parents[1]
+SITE = Path(os.environ.get("BOOK_HTML", REPO / "_build" / "html"))
 MAX_PAGE_WORDS = 5000
 MAX_BOOK_WORDS = 50000
 MAX_VISIBLE_CODE_LINES = 150
@@ -128,3 +133,92 @@ def test_paragraph_parser_skips_code_and_tables():
     md = ("Intro words here.\n\n```python\nx = 1\n\ny = 2\n```\n\n| a | b |\n|---|---|\n\n"
           ":::{dropdown} Answer\n:open:\nOpened text.\n:::\n")
     assert paragraphs(md) == ["Intro words here.", "Opened text."]
+
+
+# -- words as a reader sees them, on the built site -------------------------------------------------
+
+# Removed before counting: code blocks (code cells' sources, and outputs printed as text or
+# tracebacks, all <pre>), the inputs of code cells with their "Show code cell source" toggles, and
+# what a reader never sees as text (scripts, styles, the "#" links beside headings).
+NOT_READ = "pre, div.cell_input, details.above-input, script, style, noscript, template, a.headerlink"
+# One formula counts as one word, inline or displayed: its LaTeX source is no measure of reading.
+FORMULA = "span.math, div.math, mjx-container"
+# Elements whose text is a block of its own: a space on each side keeps the words of neighbouring
+# cells, items and paragraphs apart (inline markup such as <em> or <code> adds none).
+BLOCKS = ("address article aside blockquote br caption dd details div dl dt figcaption figure "
+          "footer h1 h2 h3 h4 h5 h6 header hr li nav ol p section summary table td th tr ul").split()
+
+
+def rendered_words(html):
+    """Words of a built page as a reader sees them: the visible text of the article body (the
+    theme's article.bd-article: title, prose, tables, lists, admonitions, figure captions and
+    Markdown a cell displays), without code blocks and text outputs (NOT_READ). Inline code in a
+    sentence counts, as the words it is. A formula counts as one word (FORMULA). Dropdowns (the
+    exercises' answers) and outputs behind a toggle count, closed or open: they are on the page.
+    Image alt text does not count. A word is a whitespace-separated token with at least one letter or digit, so "368 GB/s"
+    is two words and a lone "—" or "|" none."""
+    soup = BeautifulSoup(html, "html.parser")
+    article = soup.select_one("article.bd-article") or soup.body or soup
+    for el in article.select(NOT_READ):
+        el.decompose()
+    for el in article.select(FORMULA):
+        el.replace_with(" formula ")
+    for el in article.find_all(BLOCKS):
+        el.insert_before(" ")
+        el.insert_after(" ")
+    return sum(1 for token in article.get_text().split() if re.search(r"[^\W_]", token))
+
+
+def words_table(counts):
+    """Words per page, largest first, and the total."""
+    rows = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    return "\n".join([f"{'words':>7}  page", *(f"{n:7d}  {page}" for page, n in rows),
+                      f"{sum(counts.values()):7d}  the whole book"])
+
+
+@pytest.fixture(scope="module")
+def site_words():
+    """{page: words as rendered} for every page of _toc.yml; skips when the book is not built."""
+    if not (SITE / "index.html").is_file():
+        pytest.skip(f"no built site at {SITE}: run `make book` first")
+    missing = [page for page in PAGES if not (SITE / f"{page}.html").is_file()]
+    assert not missing, f"pages of _toc.yml missing from the built site at {SITE}: {missing}"
+    return {page: rendered_words((SITE / f"{page}.html").read_text(encoding="utf-8"))
+            for page in PAGES}
+
+
+def test_rendered_pages_are_short(site_words):
+    """No page renders more than MAX_PAGE_WORDS words; the message names each page over it and
+    tabulates every page."""
+    long = {page: n for page, n in site_words.items() if n > MAX_PAGE_WORDS}
+    assert not long, (f"{len(long)} page(s) over {MAX_PAGE_WORDS} words as rendered: "
+                      + ", ".join(f"{page} ({n})" for page, n in sorted(long.items(),
+                                                                          key=lambda i: -i[1]))
+                      + "\n\n" + words_table(site_words))
+
+
+def test_rendered_book_is_short(site_words):
+    """The whole book renders fewer than MAX_BOOK_WORDS words."""
+    total = sum(site_words.values())
+    assert total < MAX_BOOK_WORDS, (f"the book renders {total} words, {MAX_BOOK_WORDS} or more\n\n"
+                                    + words_table(site_words))
+
+
+def test_rendered_word_counter():
+    """What counts, on a small page: article text, tables, captions and dropdowns; not code,
+    text outputs, the headings' links, alt text or what lies outside the article."""
+    page = """<html><body><nav>Sidebar words</nav><article class="bd-article">
+      <section id="t"><h1>A title<a class="headerlink" href="#t">#</a></h1>
+      <p>One <code class="docutils literal"><span class="pre">nisa.dma_copy</span></code> at
+      368&nbsp;GB/s, <em>em</em>phasis — and <span class="math">\\(x_t + 1\\)</span>.</p>
+      <div class="math">\\[ S_t = S_{t-1} \\]</div>
+      <table><tr><td>1</td><td>2048</td></tr></table><ul><li>item</li><li>two</li></ul>
+      <figure><img alt="alt text is not read"><figcaption><p>A caption</p></figcaption></figure>
+      <details class="sd-dropdown"><summary>Answer</summary><p>Closed but counted</p></details>
+      <div class="cell"><details class="hide above-input"><summary>Show code cell source</summary>
+      <div class="cell_input"><pre>x = 1</pre></div></details>
+      <div class="cell_output"><pre>printed output</pre><p>Displayed Markdown</p></div></div>
+      </section></article><footer>Footer words</footer></body></html>"""
+    # A title (2); One nisa.dma_copy at 368 GB/s, emphasis and formula (8); formula (1);
+    # 1 2048 (2); item two (2); A caption (2); Answer Closed but counted (4); Displayed Markdown (2)
+    assert rendered_words(page) == 23
