@@ -1,64 +1,151 @@
-"""The latency table of the composition steps, which grows from chapter to chapter.
+"""The composition steps at the book's target points: their rows, the latency tables that grow
+from chapter to chapter, the climb, and the targets.
 
-The steps are `kernels.registry.STEPS`, each a sweep variant that runs the whole decode step; a
-chapter calls `latency_table(upto=...)` to show every step so far at the target shards, as
-modeled by the trn2 cost model (best .. likely, launches counted apart), each step against the
-roofline of the block's minimal bytes on its cores and the likely floor under them
-(`benchmarks.roofline`).
+The steps are `kernels.registry.STEPS`, each a sweep variant that runs the whole decode step
+(steps 5 to 7 also on two NeuronCores: the two-core track, kept apart from the one-core track).
+A chapter shows its step's rows at the target points against the roofline of the block's
+minimal bytes on the step's cores (`benchmarks.roofline`), every time modeled by the trn2 cost
+model, best and likely. Rows are cached on disk under the build folder, keyed by the source of
+everything that computes them, so that the book's chapters share them within one build.
 """
+import hashlib
+import json
 from functools import lru_cache
+from pathlib import Path
 
 from kernels.configs import model_shard
 from kernels.reference import pipeline_inputs
 from kernels.registry import BY_NAME, STEPS
-from nkicpu.costs import DMA_ACHIEVED_GBPS, HBM_ROOFLINE_GBPS
 
-from .roofline import block_floor_us, block_roofline_us
 from .sweep import run_row
 
 TARGETS = [("Qwen3-Next-80B", 4), ("Qwen3.5-27B", 8)]   # the shards the book's targets are set for
 BATCHES = (1, 32)
+# The targets, over the block's roofline on the step's cores, by (cores, B): best, likely.
+TARGET_RATIOS = {(1, 1): (1.15, 1.6), (1, 32): (1.12, 1.6), (2, 1): (1.6, 2.2), (2, 32): (1.25, 2.2)}
+
+REPO = Path(__file__).resolve().parents[1]
+CACHE = REPO / "_build" / ".step_rows"
+SOURCES = ("kernels", "nkicpu", "benchmarks")
 
 
 @lru_cache(maxsize=None)
-def _inputs(model, tp, B):
-    return pipeline_inputs(model_shard(model, tp, B))
+def _source_hash():
+    h = hashlib.sha256()
+    for folder in SOURCES:
+        for path in sorted((REPO / folder).rglob("*.py")):
+            h.update(str(path.relative_to(REPO)).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()[:16]
 
 
 @lru_cache(maxsize=None)
 def step_row(variant, model, tp, B):
-    """The sweep's row (a dict) of one step at one shard and batch; raises if the row failed."""
-    row = run_row(BY_NAME[variant], model_shard(model, tp, B), _inputs(model, tp, B))
+    """The sweep's row (a dict) of one step at one shard and batch, on its entry's cores; raises
+    if the row failed. Cached in memory and on disk (CACHE, keyed by the source of kernels/,
+    nkicpu/ and benchmarks/)."""
+    path = CACHE / _source_hash() / f"{variant}_{model}_TP{tp}_B{B}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    row = run_row(BY_NAME[variant], model_shard(model, tp, B),
+                  pipeline_inputs(model_shard(model, tp, B)))
     if row["status"] != "ok":
         raise RuntimeError(f"{variant} at {model} TP{tp} B={B}: {row['error']['message']}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(row))
+    tmp.replace(path)
     return row
 
 
+def steps_upto(upto):
+    """The step entries up to step `upto`'s number (a name), one-core track first."""
+    last = BY_NAME[upto].step
+    steps = [s for s in STEPS if s.step <= last]
+    return [s for s in steps if s.lnc == 1] + [s for s in steps if s.lnc == 2]
+
+
 def _cell(row):
-    return (f"{row['best_us']:.0f} – {row['modeled_us']:.0f} "
-            f"({row['modeled_over_block_roofline']:.2f}x; {row['modeled_over_block_floor']:.2f}x)")
+    return (f"{row['best_us']:.1f} – {row['modeled_us']:.1f} "
+            f"({row['best_over_block_roofline']:.2f}x – {row['modeled_over_block_roofline']:.2f}x)")
 
 
-def latency_table(upto):
-    """Markdown: every step up to and including `upto`, one table per target shard, a column per
-    batch: best – likely µs (likely over the block's HBM roofline on the step's cores; likely over
-    the likely floor of the block's bytes), then that roofline and floor for each core count."""
-    steps = [s for s in STEPS if s.step <= BY_NAME[upto].step]
+def latency_table(names):
+    """Markdown: the steps `names` (registry entries), one table per target shard, a column per
+    batch: best – likely µs (each over the block's HBM roofline on the step's cores), the
+    one-core and two-core tracks apart, each closed by its roofline."""
+    entries = [BY_NAME[n] for n in names]
     tables = []
     for m, tp in TARGETS:
-        lines = [f"**{m} TP{tp}** (µs, best – likely; likely / roofline; likely / floor)", "",
-                 "| step | launches | " + " | ".join(f"B = {B}" for B in BATCHES) + " |",
+        lines = [f"**{m} TP{tp}**: best – likely µs (best – likely over the block's roofline on "
+                 "the step's cores), modeled", "",
+                 "| step | cores | " + " | ".join(f"B = {B}" for B in BATCHES) + " |",
                  "|" + "---|" * (2 + len(BATCHES))]
-        for step in steps:
-            cells = [_cell(step_row(step.name, m, tp, B)) for B in BATCHES]
-            launches = step_row(step.name, m, tp, 1)["launches"]
-            lines.append(f"| {step.name} | {launches} | " + " | ".join(cells) + " |")
-        shapes = [model_shard(m, tp, B) for B in BATCHES]
-        for cores in sorted({step.lnc for step in steps}):
-            on = f"{cores} core{'s' if cores > 1 else ''}"
-            lines.append(f"| HBM roofline, the block's bytes on {on} ({HBM_ROOFLINE_GBPS:g} GB/s per core) | | "
-                         + " | ".join(f"{block_roofline_us(s, cores):.1f}" for s in shapes) + " |")
-            lines.append(f"| likely floor, the block's bytes on {on} ({DMA_ACHIEVED_GBPS:g} GB/s per core) | | "
-                         + " | ".join(f"{block_floor_us(s, cores):.1f}" for s in shapes) + " |")
+        for cores in (1, 2):
+            track = [e for e in entries if e.lnc == cores]
+            for e in track:
+                cells = [_cell(step_row(e.name, m, tp, B)) for B in BATCHES]
+                lines.append(f"| {e.name} | {cores} | " + " | ".join(cells) + " |")
+            if track:
+                roofs = [step_row(track[0].name, m, tp, B)["block_roofline_us"] for B in BATCHES]
+                lines.append(f"| *roofline, {cores} core{'s' * (cores > 1)}* | | "
+                             + " | ".join(f"*{r:.1f}*" for r in roofs) + " |")
         tables.append("\n".join(lines))
     return "\n\n".join(tables)
+
+
+def climb(model=TARGETS[0][0], tp=TARGETS[0][1]):
+    """The climb at one shard: per step entry, in track order (one core, then two), its row at
+    each of BATCHES: [(entry, {B: row})]."""
+    return [(e, {B: step_row(e.name, model, tp, B) for B in BATCHES})
+            for e in steps_upto(STEPS[-1].name)]
+
+
+def climb_table(model=TARGETS[0][0], tp=TARGETS[0][1]):
+    """Markdown: step | idea | best – likely µs | x roofline at each of BATCHES, the one-core
+    and two-core tracks apart (each over the block's roofline on its cores)."""
+    head = " | ".join(f"B = {B}: µs | B = {B}: x roofline" for B in BATCHES)
+    lines = [f"| step | idea | {head} |", "|" + "---|" * (2 + 2 * len(BATCHES))]
+    for cores in (1, 2):
+        rows = [(e, r) for e, r in climb(model, tp) if e.lnc == cores]
+        roofs = " / ".join(f"{rows[0][1][B]['block_roofline_us']:.1f}" for B in BATCHES)
+        lines.append(f"| **{cores} core{'s' * (cores > 1)}** | roofline {roofs} µs "
+                     + "| " * (2 * len(BATCHES)) + "|")
+        for e, r in rows:
+            cells = []
+            for B in BATCHES:
+                cells += [f"{r[B]['best_us']:.1f} – {r[B]['modeled_us']:.1f}",
+                          f"{r[B]['best_over_block_roofline']:.2f} – "
+                          f"{r[B]['modeled_over_block_roofline']:.2f}"]
+            lines.append(f"| {e.step} | {_idea(e)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _idea(entry):
+    """The short idea of a step entry: its registry line up to the first colon."""
+    return entry.what.split(":")[0]
+
+
+def target_table():
+    """Markdown: the shipped kernel (step 7, one core and two) at the four target points, its best
+    and likely ratios to the block's roofline against TARGET_RATIOS, met or not, and the likely
+    floor (the block's bytes at the likely DMA rate) over the same roofline."""
+    lines = ["| shard | B | cores | best / roofline | target | likely / roofline | target | "
+             "likely floor / roofline |", "|---|---|---|---|---|---|---|---|"]
+    for m, tp in TARGETS:
+        for B in BATCHES:
+            for cores in (1, 2):
+                name = "7_ready_first" if cores == 1 else "7_ready_first_lnc2"
+                r = step_row(name, m, tp, B)
+                best, likely = TARGET_RATIOS[cores, B]
+                floor = r["block_floor_us"] / r["block_roofline_us"]
+                lines.append(
+                    f"| {m} TP{tp} | {B} | {cores} | {r['best_over_block_roofline']:.3f} | "
+                    f"{_met(r['best_over_block_roofline'], best)} | "
+                    f"{r['modeled_over_block_roofline']:.3f} | "
+                    f"{_met(r['modeled_over_block_roofline'], likely)} | {floor:.3f} |")
+    return "\n".join(lines)
+
+
+def _met(ratio, target):
+    return f"≤ {target} {'met' if ratio <= target else 'missed'}"

@@ -153,14 +153,19 @@ def rendered_words(html):
     """Words of a built page as a reader sees them: the visible text of the article body (the
     theme's article.bd-article: title, prose, tables, lists, admonitions, figure captions and
     Markdown a cell displays), without code blocks and text outputs (NOT_READ). Inline code in a
-    sentence counts, as the words it is. A formula counts as one word (FORMULA). Dropdowns (the
-    exercises' answers) and outputs behind a toggle count, closed or open: they are on the page.
-    Image alt text does not count. A word is a whitespace-separated token with at least one letter or digit, so "368 GB/s"
+    sentence counts, as the words it is. A formula counts as one word (FORMULA). A closed dropdown
+    (an exercise's answer, a chapter's full table) counts its title only: a reader sees its text
+    after choosing to open it; an open one counts whole. Outputs behind a toggle count. Image alt
+    text does not count. A word is a whitespace-separated token with at least one letter or digit, so "368 GB/s"
     is two words and a lone "—" or "|" none."""
     soup = BeautifulSoup(html, "html.parser")
     article = soup.select_one("article.bd-article") or soup.body or soup
     for el in article.select(NOT_READ):
         el.decompose()
+    for el in article.select("details.sd-dropdown:not([open])"):
+        for child in el.find_all(recursive=False):
+            if child.name != "summary":
+                child.decompose()
     for el in article.select(FORMULA):
         el.replace_with(" formula ")
     for el in article.find_all(BLOCKS):
@@ -205,8 +210,9 @@ def test_rendered_book_is_short(site_words):
 
 
 def test_rendered_word_counter():
-    """What counts, on a small page: article text, tables, captions and dropdowns; not code,
-    text outputs, the headings' links, alt text or what lies outside the article."""
+    """What counts, on a small page: article text, tables, captions, an open dropdown and a closed
+    one's title; not a closed dropdown's text, code, text outputs, the headings' links, alt text
+    or what lies outside the article."""
     page = """<html><body><nav>Sidebar words</nav><article class="bd-article">
       <section id="t"><h1>A title<a class="headerlink" href="#t">#</a></h1>
       <p>One <code class="docutils literal"><span class="pre">nisa.dma_copy</span></code> at
@@ -214,11 +220,13 @@ def test_rendered_word_counter():
       <div class="math">\\[ S_t = S_{t-1} \\]</div>
       <table><tr><td>1</td><td>2048</td></tr></table><ul><li>item</li><li>two</li></ul>
       <figure><img alt="alt text is not read"><figcaption><p>A caption</p></figcaption></figure>
-      <details class="sd-dropdown"><summary>Answer</summary><p>Closed but counted</p></details>
+      <details class="sd-dropdown"><summary>Answer</summary><div><p>Closed, not read</p></div></details>
+      <details class="sd-dropdown" open><summary>Table</summary><div><p>Open and read</p></div></details>
       <div class="cell"><details class="hide above-input"><summary>Show code cell source</summary>
       <div class="cell_input"><pre>x = 1</pre></div></details>
       <div class="cell_output"><pre>printed output</pre><p>Displayed Markdown</p></div></div>
       </section></article><footer>Footer words</footer></body></html>"""
     # A title (2); One nisa.dma_copy at 368 GB/s, emphasis and formula (8); formula (1);
-    # 1 2048 (2); item two (2); A caption (2); Answer Closed but counted (4); Displayed Markdown (2)
-    assert rendered_words(page) == 23
+    # 1 2048 (2); item two (2); A caption (2); Answer (1); Table Open and read (4);
+    # Displayed Markdown (2)
+    assert rendered_words(page) == 24

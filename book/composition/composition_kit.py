@@ -1,28 +1,50 @@
-"""What the composition chapters share: a step's runs, its check against the reference, and the
-figures and tables its profile is read from. The analyses of any capture or profile that the tables
-use (`dma_parts`, `core_parts`, `scratch_chain`, ...) are nkicpu's (`nkicpu.profile`).
+"""What the composition chapters share: a step's runs, its code as a diff against the step
+before, its timeline with every DMA coloured by what it carries, its check, and the exercises'
+judge. The latency tables, the climb and the targets are `benchmarks.steps`'; the analyses of a
+capture or profile (`dma_parts`, `core_parts`, ...) are nkicpu's (`nkicpu.profile`).
 
 Each chapter in this folder imports it (a notebook runs with its own folder as the working
 directory). The runs use the inputs of the benchmark sweep (`kernels.reference.pipeline_inputs`),
-so a chapter's profiles are exactly the rows of its latency table (`benchmarks.steps`). Every time
-here is modeled by the trn2 cost model; none is measured.
+so a chapter's profiles are exactly the rows of its latency table. Every time here is modeled by
+the trn2 cost model; none is measured.
 """
-from dataclasses import dataclass
+import ast
+import difflib
+import importlib
+import inspect
+import textwrap
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
+from IPython.display import Markdown, display
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 import kernels  # noqa: F401  (first: makes `import nki` work)
 import nkicpu
-from benchmarks.steps import TARGETS, step_row
+from benchmarks.steps import BATCHES, TARGETS, latency_table, step_row, steps_upto
 from kernels.accuracy import assert_close
 from kernels.configs import model_shard
 from kernels.reference import gdn_block_tkg_ref, pipeline_inputs, to_numpy, to_torch
-from kernels.registry import BLOCK_ARGS, BLOCK_OUTPUTS, BY_NAME, STEPS
-from nkicpu import costs
-from nkicpu.profile import MODELED, capture_slots, core_parts, profile_capture
+from kernels.registry import BLOCK_ARGS, BLOCK_OUTPUTS, BY_NAME
+from nkicpu.profile import MODELED, dma_kinds, profile_capture
+from nkicpu.timeline import plot_timeline
+
+MODEL, TP = TARGETS[0]          # Qwen3-Next-80B TP4: the shard this part profiles
+
+# Where each fused step's code lives: its module, its plan function and its body.
+STEP_CODE = {
+    "3_onchip": ("kernels.steps.onchip", "onchip_plan", "gdn_block_tkg_onchip"),
+    "4_z_last": ("kernels.steps.z_last", "z_last_plan", "gdn_block_tkg_z_last"),
+    "5_two_cores": ("kernels.steps.two_cores", "two_cores_plan", "gdn_block_tkg_two_cores"),
+    "6_queues": ("kernels.steps.queues", "queues_plan", "gdn_block_tkg_queues"),
+    "7_ready_first": ("kernels.gdn_block", "ready_first_plan", "gdn_block_body"),
+}
+# What a block's DMA carries, by argument position (BLOCK_ARGS) and by output name.
+DMA_KINDS = {"arguments": {1: "weights", 3: "weights", 4: "weights", 2: "z's weights",
+                           10: "state"},
+             "outputs": {"new_recurrent_state": "state"}}
 
 
 @lru_cache(maxsize=None)
@@ -45,7 +67,8 @@ class Launch:
     profile: object    # nkicpu.profile.Profile, modeled (trn2 cost model)
 
 
-def launches(step, model, tp, B):
+@lru_cache(maxsize=None)
+def launches(step, B=1, model=MODEL, tp=TP):
     """Every kernel launch of a composition step, run on the CPU model and profiled as the sweep
     profiles them: one for a single-launch step, one per stage kernel for a host pipeline."""
     entry = BY_NAME[step]
@@ -55,10 +78,76 @@ def launches(step, model, tp, B):
         e = BY_NAME[name]
         capture = nkicpu.capture(e.load_kernel())(*e.arguments(shape, x))
         runs.append(Launch(name, capture, profile_capture(capture)))
-    return runs
+    return tuple(runs)
 
 
-# --- correctness ----------------------------------------------------------------------------------
+def run(step, B=1, model=MODEL, tp=TP):
+    """The one launch of a single-launch step."""
+    return launches(step, B, model, tp)[0]
+
+
+# --- the code ------------------------------------------------------------------------------------
+
+def _code(fn):
+    """A function's body without its signature and docstring, dedented."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    body = tree.body[0].body
+    if isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
+        body = body[1:]
+    lines = textwrap.dedent(inspect.getsource(fn)).splitlines()
+    return textwrap.dedent("\n".join(lines[body[0].lineno - 1:body[-1].end_lineno])).splitlines()
+
+
+def step_functions(step):
+    """(plan function, body function) of a fused step (STEP_CODE)."""
+    module, plan, body = STEP_CODE[step]
+    m = importlib.import_module(module)
+    fns = []
+    for name in (plan, body):
+        fn = getattr(m, name)
+        fns.append(getattr(fn, "__wrapped__", fn))
+    return fns
+
+
+def show_diff(before, after):
+    """Display step `after`'s plan and body as a diff against step `before`'s: every line of the
+    new step, those it adds marked +, those it drops -, the rest as they are."""
+    parts = []
+    for what, old, new in zip(("plan", "body"), step_functions(before), step_functions(after)):
+        a, b = _code(old), _code(new)
+        diff = list(difflib.unified_diff(a, b, lineterm="", n=max(len(a), len(b))))[3:]
+        if not diff:
+            diff = [" " + line for line in b]
+        parts.append(f"**The {what}**, `{new.__name__}` against `{old.__name__}`:\n\n```diff\n"
+                     + "\n".join(diff) + "\n```")
+    display(Markdown("\n\n".join(parts)))
+
+
+# --- profiles ------------------------------------------------------------------------------------
+
+def kinds(launch):
+    """{instruction index: what the DMA carries} of a single-launch step (DMA_KINDS)."""
+    return dma_kinds(launch.capture, DMA_KINDS["arguments"], DMA_KINDS["outputs"])
+
+
+def timeline(launch, title, marks=(), ax=None):
+    """A step's likely timeline, every DMA coloured by what it carries; modeled."""
+    return plot_timeline(launch.profile, ax=ax, title=title, marks=marks, dma_kinds=kinds(launch))
+
+
+def before_after(before, after, B=1, model=MODEL, tp=TP, marks=((), ())):
+    """Two timelines, step `before` over step `after`, on one time axis; each DMA coloured by what
+    it carries; modeled. `marks`: the marks of each."""
+    runs = (run(before, B, model, tp), run(after, B, model, tp))
+    figs = [timeline(r, f"{name}, {model} TP{tp}, B = {B}", m)
+            for r, name, m in zip(runs, (before, after), marks)]
+    right = max(r.profile.total_us for r in runs) * 1.01
+    for fig in figs:
+        fig.axes[0].set_xlim(0, right)
+    return figs
+
+
+# --- correctness ---------------------------------------------------------------------------------
 
 def check_block(got, x):
     """Assert a step's (out, conv_state, recurrent_state) against `gdn_block_tkg_ref`, each under
@@ -89,22 +178,28 @@ def check_table(rows):
     return "\n".join(lines)
 
 
-# --- profiles --------------------------------------------------------------------------------
+def same_bits(a, b):
+    """Whether two launches returned the same results, bit for bit."""
+    return all((x.view("uint8") == y.view("uint8")).all()
+               for x, y in zip(a.capture.outputs, b.capture.outputs))
 
-def launch_table(runs):
-    """Markdown: per launch of a step, its band (µs) against its roofline; the launch apart."""
-    lines = ["| launch | roofline | best | likely | likely / roofline | launch |",
-             "|---|---|---|---|---|---|"]
-    for r in runs:
-        p = r.profile
-        lines.append(f"| {r.name} | {p.roofline_us:.2f} | {p.best_us:.2f} | {p.total_us:.2f} "
-                     f"| {p.total_us / p.roofline_us:.1f}x | {p.launch_us:.0f} |")
-    best, likely = sum(r.profile.best_us for r in runs), sum(r.profile.total_us for r in runs)
-    launch = sum(r.profile.launch_us for r in runs)
-    roof = sum(r.profile.roofline_us for r in runs)
-    lines.append(f"| **all {len(runs)}** | {roof:.2f} | **{best:.2f}** | **{likely:.2f}** | "
-                 f"| **{launch:.0f}** |")
-    return "\n".join(lines)
+
+# --- tables --------------------------------------------------------------------------------------
+
+def show_latency(step, previous):
+    """This step's rows and the previous step's at the target points, then every step so far in
+    a dropdown (benchmarks.steps.latency_table); modeled."""
+    new = [e.name for e in steps_upto(step) if e.step == BY_NAME[step].step]
+    old = [e.name for e in steps_upto(previous) if e.step == BY_NAME[previous].step]
+    display(Markdown(latency_table(old + new)))
+    display(Markdown(":::{dropdown} Every step so far\n" + latency_table(
+        [e.name for e in steps_upto(step)]) + "\n:::"))
+
+
+def with_launches(step, model=MODEL, tp=TP, B=1):
+    """(best, likely) of a step's kernel time plus its launches' preamble and epilogue, µs."""
+    r = step_row(step, model, tp, B)
+    return r["best_us"] + r["launch_us"], r["modeled_us"] + r["launch_us"]
 
 
 def plot_launches(panels, title):
@@ -135,124 +230,47 @@ def plot_launches(panels, title):
     return fig
 
 
-def parts_table(captures):
-    """Markdown: `core_parts` (µs) under both estimates, one row per (label, capture) and core."""
-    lines = ["| run | estimate | total | bytes at full rate | DMA below full rate | no DMA |",
-             "|---|---|---|---|---|---|"]
-    for label, capture in captures.items():
-        for band in costs.BANDS:
-            parts = core_parts(capture, band)
-            for core, d in enumerate(parts):
-                run = label if len(parts) == 1 else f"{label}, core {core}"
-                lines.append(f"| {run} | {band} | {d['total']:.1f} | {d['full_rate']:.1f} "
-                             f"| {d['below_rate']:.1f} | {d['no_dma']:.1f} |")
-    return "\n".join(lines)
+# --- exercises: the reader's change, judged ------------------------------------------------------
 
-
-def input_reads(capture):
-    """{instruction index: block argument name} of the DMAs that read an argument of a
-    single-launch step (its arguments are the block's, in `BLOCK_ARGS` order)."""
-    assert sorted(capture.arguments) == list(range(len(BLOCK_ARGS))), \
-        f"expected the {len(BLOCK_ARGS)} block arguments, got {sorted(capture.arguments)}"
-    name = {capture.arguments[k]: arg for k, arg in enumerate(BLOCK_ARGS)}
-    return {i.index: name[a.alloc] for i in capture.instructions if i.engine == "dma"
-            for a in i.reads if a.alloc in name}
-
-
-def z_and_state(run):
-    """z's weight loads and the new state's stores, as events of a single-launch step's likely
-    timeline (`Launch.profile`)."""
-    reads, cap = input_reads(run.capture), run.capture
-    alloc_names = {a: info.name for a, info in cap.allocations.items()}
-    events = run.profile.events[:run.profile.instructions]
-    z = [e for e in events if reads.get(e["args"]["index"]) == "W_in_z"]
-    stores = [e for e, ins in zip(events, cap.instructions)
-              if ins.engine == "dma" and alloc_names.get(ins.writes[0].alloc) == "new_recurrent_state"]
-    return z, stores
-
-
-def z_tail(capture, band):
-    """Where the time goes after the recurrence of a single-launch step that projects z after it,
-    µs in one band of the cost model: when z's weights have landed ("landed"), when the
-    recurrence's last TensorE instruction ends ("recurrence"), z's matmuls' TensorE time
-    ("matmuls"), the kernel's end after z's last matmul ("chain"), the total, and the least total
-    with z's matmuls after the recurrence's on TensorE ("floor": recurrence + matmuls + chain)."""
-    slots = capture_slots(capture, band)
-    reads = input_reads(capture)
-    loads = [i for i in reads if reads[i] == "W_in_z"]
-    tiles = {capture.instructions[i].writes[0].alloc for i in loads}
-    matmuls = [ins.index for ins in capture.instructions
-               if ins.engine != "dma" and any(a.alloc in tiles for a in ins.reads)]
-    lane = slots[matmuls[0]].lane
-    t = {"landed": max(slots[i].end_us for i in loads),
-         "recurrence": max(s.end_us for s in slots[:matmuls[0]] if s.lane == lane),
-         "matmuls": sum(slots[i].end_us - slots[i].start_us for i in matmuls),
-         "total": max(s.end_us for s in slots)}
-    t["chain"] = t["total"] - max(slots[i].end_us for i in matmuls)
-    t["floor"] = t["recurrence"] + t["matmuls"] + t["chain"]
-    return t
-
-
-# --- the tables of the part -----------------------------------------------------------------------
-
-def with_launches(step, model, tp, B):
-    """(best, likely) of a step's kernel time plus its launches' preamble and epilogue, µs."""
-    r = step_row(step, model, tp, B)
-    return r["best_us"] + r["launch_us"], r["modeled_us"] + r["launch_us"]
-
-
-def launches_table(upto, B=1):
-    """Markdown: every step so far at batch B, one table per target shard: its launches, the
-    kernel time (the latency table's, likely), the time with the launches, and the speedup over
-    step 0 counted both ways."""
-    names = [step.name for step in STEPS]
-    tables = []
-    for m, tp in TARGETS:
-        lines = [f"**{m} TP{tp}, B = {B}** (likely, µs)", "",
-                 "| step | launches | kernel | + launches | speedup: kernel | speedup: + launches |",
-                 "|---|---|---|---|---|---|"]
-        r0, w0 = step_row(names[0], m, tp, B), with_launches(names[0], m, tp, B)[1]
-        for name in names[:names.index(upto) + 1]:
-            r, w = step_row(name, m, tp, B), with_launches(name, m, tp, B)[1]
-            lines.append(f"| {name} | {r['launches']} ({r['launch_us']:.0f} µs) | "
-                         f"{r['modeled_us']:.0f} | {w:.0f} "
-                         f"| {r0['modeled_us'] / r['modeled_us']:.2f}x | {w0 / w:.2f}x |")
-        tables.append("\n".join(lines))
-    return "\n\n".join(tables)
-
-
-# --- exercises: the reader's version of a step, judged ------------------------------------------
-
-def _verdict(got, x, best, likely, launch, against, model, tp, B):
+def judge(step, B=1, lnc=None, model=MODEL, tp=TP, **phases):
+    """Run step `step` with some of its phases replaced by the reader's (`phases`: the names its
+    module calls them by, e.g. `continue_z=my_continue_z`): is it still right (check_block), and
+    what does it cost against the step as it is? On the entry's cores unless `lnc` says."""
+    entry = BY_NAME[step]
+    module = importlib.import_module(STEP_CODE[step][0])
+    saved = {}
+    for name, fn in phases.items():
+        assert name in vars(module), f"{module.__name__} calls no phase named {name}"
+        saved[name] = vars(module)[name]
+    x = block_inputs(model, tp, B)
+    cores = lnc or entry.lnc
+    kernel = replace(entry, lnc=cores).load_kernel()
     try:
-        check_block(got, x)
+        for name, fn in phases.items():
+            setattr(module, name, fn)
+        capture = nkicpu.capture(kernel)(*x.values())
+    finally:
+        for name, fn in saved.items():
+            setattr(module, name, fn)
+    p = profile_capture(capture)
+    was = profile_capture(nkicpu.capture(kernel)(*x.values())) if phases else p
+    try:
+        check_block(capture.outputs, x)
         right = "right: matches the reference"
     except AssertionError as e:
         right = f"WRONG: {e}"
-    r = step_row(against, model, tp, B)
-    was = (r["best_us"], r["modeled_us"], r["launch_us"])
-    v = {"right": right.startswith("right"), "best_us": best, "likely_us": likely,
-         "launch_us": launch, "was_best_us": was[0], "was_likely_us": was[1],
-         "was_launch_us": was[2]}
-    print(f"{right}\nmodeled (trn2 cost model), {model_shard(model, tp, B).name}, B = {B}:\n"
-          f"  {against}: {was[0]:.1f} – {was[1]:.1f} µs + {was[2]:.0f} µs of launches\n"
-          f"  yours: {best:.1f} – {likely:.1f} µs + {launch:.0f} µs of launches "
-          f"({likely + launch - was[1] - was[2]:+.1f} µs likely, with launches)")
-    return v
+    print(f"{right}\nmodeled (trn2 cost model), {model} TP{tp}, B = {B}, {cores} core(s):\n"
+          f"  {step} as it is: {was.best_us:.1f} – {was.total_us:.1f} µs\n"
+          f"  yours:           {p.best_us:.1f} – {p.total_us:.1f} µs "
+          f"({p.total_us - was.total_us:+.1f} µs likely, {p.best_us - was.best_us:+.1f} best)")
+    return {"right": right.startswith("right"), "best_us": p.best_us, "likely_us": p.total_us,
+            "was_best_us": was.best_us, "was_likely_us": was.total_us, "capture": capture}
 
 
-def judge(kernel, against, B=1, model=TARGETS[0][0], tp=TARGETS[0][1]):
-    """Run a reader's single-launch version of a step (the block's 11 arguments) on the CPU
-    model: is it right (check_block), and what does it cost against step `against`?"""
-    x = block_inputs(model, tp, B)
-    capture = nkicpu.capture(kernel)(*x.values())
-    p = profile_capture(capture)
-    return _verdict(capture.outputs, x, p.best_us, p.total_us, p.launch_us, against, model, tp, B)
-
-
-def judge_pipeline(pipeline, against, B=1, model=TARGETS[0][0], tp=TARGETS[0][1]):
-    """The same for a host pipeline `pipeline(launch, **block arguments)` that runs each kernel
-    as `launch(kernel, *args)`: each launch is captured, profiled and paid for."""
+def judge_pipeline(pipeline, against, B=1, model=MODEL, tp=TP):
+    """A host pipeline `pipeline(launch, **block arguments)` that runs each kernel as
+    `launch(kernel, *args)`: each launch is captured, profiled and paid for; is the result right,
+    and what does it cost against step `against`?"""
     x = block_inputs(model, tp, B)
     profiles = []
 
@@ -262,5 +280,19 @@ def judge_pipeline(pipeline, against, B=1, model=TARGETS[0][0], tp=TARGETS[0][1]
         return capture.outputs
 
     got = pipeline(launch, **x)
-    return _verdict(got, x, sum(p.best_us for p in profiles), sum(p.total_us for p in profiles),
-                    sum(p.launch_us for p in profiles), against, model, tp, B)
+    try:
+        check_block(got, x)
+        right = "right: matches the reference"
+    except AssertionError as e:
+        right = f"WRONG: {e}"
+    best, likely = sum(p.best_us for p in profiles), sum(p.total_us for p in profiles)
+    launch_us = sum(p.launch_us for p in profiles)
+    r = step_row(against, model, tp, B)
+    print(f"{right}\nmodeled (trn2 cost model), {model} TP{tp}, B = {B}:\n"
+          f"  {against}: {r['best_us']:.1f} – {r['modeled_us']:.1f} µs + {r['launch_us']:.0f} µs "
+          f"of launches\n  yours: {best:.1f} – {likely:.1f} µs + {launch_us:.0f} µs of launches "
+          f"({likely + launch_us - r['modeled_us'] - r['launch_us']:+.1f} µs likely, with "
+          "launches)")
+    return {"right": right.startswith("right"), "best_us": best, "likely_us": likely,
+            "launch_us": launch_us, "was_best_us": r["best_us"], "was_likely_us": r["modeled_us"],
+            "was_launch_us": r["launch_us"]}
