@@ -130,7 +130,8 @@ def conv1d_decode_channels(dst_out, new_conv_state, x, conv_weight, conv_state, 
 
     Args:
         dst_out (nl.ndarray): [P, nt, B] @ SBUF, written: silu(conv) of channel c0 + t*P + p.
-        new_conv_state (nl.ndarray): [B, conv_dim, K] @ HBM, written at channels c0 .. c0 + nt*P - 1.
+        new_conv_state (nl.ndarray): [B, conv_dim, K] @ HBM, written at channels c0 ..
+            c0 + nt*P - 1.
         x (nl.ndarray): [P, nt, B] @ SBUF, bf16, the new token of those channels, channel-major.
         conv_weight (nl.ndarray): [conv_dim, K] @ HBM, fp32.
         conv_state (nl.ndarray): [B, conv_dim, K] @ HBM, bf16, read only.

@@ -21,7 +21,8 @@ from .checks import expect, expect_dtype, expect_rank, expect_shape
 from .delta_rule_pairs import (BANK_GROUPS, GATE_STEPS, GROUP, PMAX, STATE_BUFFERS,
                                decay_odd_groups, gate_function, gate_inputs, head_params, identity,
                                move_pairs, outer_rows, padded_columns, pair_gates, pair_ones,
-                               pair_products, pair_ring, pair_steps, pair_update, spread_gate_inputs)
+                               pair_products, pair_ring, pair_steps, pair_update,
+                               spread_gate_inputs)
 from .gqa_repeat import value_heads_view
 from .layout import load_channel_major, store_rows, token_columns
 

@@ -134,7 +134,8 @@ def project_columns(dst, hidden_T, W, col0=0, queue=None, by_block=False):
 
     Dimensions:
         B: batch (<= 512), H = 128 * KT: hidden size, N: W's output channels,
-        P: channels per tile (dst partitions, <= 128), nt: tiles, so columns col0 .. col0 + nt*P - 1.
+        P: channels per tile (dst partitions, <= 128), nt: tiles, so columns col0 ..
+        col0 + nt*P - 1.
 
     Args:
         dst: [P, nt, B] or [P, B] (nt = 1) @ SBUF, bf16 (any float dtype) -- written:

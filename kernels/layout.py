@@ -256,7 +256,8 @@ def _pieces(rows, nt, tile_bytes):
     and pieces of at least MIN_PIECE_BYTES (1 if none)."""
     best = 1
     for J in range(2, nt + 1):
-        if nt % J == 0 and rows * J <= nl.tile_size.pmax and nt // J * tile_bytes >= MIN_PIECE_BYTES:
+        if (nt % J == 0 and rows * J <= nl.tile_size.pmax
+                and nt // J * tile_bytes >= MIN_PIECE_BYTES):
             best = J
     return best
 
