@@ -22,7 +22,8 @@ from .sweep import run_row
 TARGETS = [("Qwen3-Next-80B", 4), ("Qwen3.5-27B", 8)]   # the shards the book's targets are set for
 BATCHES = (1, 32)
 # The targets, over the block's roofline on the step's cores, by (cores, B): best, likely.
-TARGET_RATIOS = {(1, 1): (1.15, 1.6), (1, 32): (1.12, 1.6), (2, 1): (1.6, 2.2), (2, 32): (1.25, 2.2)}
+TARGET_RATIOS = {(1, 1): (1.15, 1.6), (1, 32): (1.12, 1.6),
+                 (2, 1): (1.6, 2.2), (2, 32): (1.25, 2.2)}
 
 REPO = Path(__file__).resolve().parents[1]
 CACHE = REPO / "_build" / ".step_rows"
@@ -104,15 +105,15 @@ def climb(model=TARGETS[0][0], tp=TARGETS[0][1]):
 def climb_table(model=TARGETS[0][0], tp=TARGETS[0][1]):
     """Markdown: step | idea | best – likely µs | x roofline at each of BATCHES, the one-core
     and two-core tracks apart (each over the block's roofline on its cores)."""
-    head = " | ".join(f"B = {B}: µs | B = {B}: x roofline" for B in BATCHES)
-    lines = [f"| step | idea | {head} |", "|" + "---|" * (2 + 2 * len(BATCHES))]
+    head = " | ".join(f"B = {B}: µs | x roofline" for B in BATCHES)
+    lines = [f"| step | idea | launches | {head} |", "|" + "---|" * (3 + 2 * len(BATCHES))]
     for cores in (1, 2):
         rows = [(e, r) for e, r in climb(model, tp) if e.lnc == cores]
         roofs = " / ".join(f"{rows[0][1][B]['block_roofline_us']:.1f}" for B in BATCHES)
-        lines.append(f"| **{cores} core{'s' * (cores > 1)}** | roofline {roofs} µs "
+        lines.append(f"| **{cores} core{'s' * (cores > 1)}** | roofline {roofs} µs | "
                      + "| " * (2 * len(BATCHES)) + "|")
         for e, r in rows:
-            cells = []
+            cells = [f"{r[BATCHES[0]]['launches']}"]
             for B in BATCHES:
                 cells += [f"{r[B]['best_us']:.1f} – {r[B]['modeled_us']:.1f}",
                           f"{r[B]['best_over_block_roofline']:.2f} – "
@@ -122,7 +123,7 @@ def climb_table(model=TARGETS[0][0], tp=TARGETS[0][1]):
 
 
 def _idea(entry):
-    """The short idea of a step entry: its registry line up to the first colon."""
+    """The idea of a step entry in a few words: its registry line up to the first colon."""
     return entry.what.split(":")[0]
 
 
@@ -149,3 +150,35 @@ def target_table():
 
 def _met(ratio, target):
     return f"≤ {target} {'met' if ratio <= target else 'missed'}"
+
+
+def climb_figure(model=TARGETS[0][0], tp=TARGETS[0][1]):
+    """The climb as bars, a panel per batch: each step's best time (dark) and best .. likely
+    (light), the one-core track above the two-core one, each track's block roofline dashed;
+    modeled (trn2 cost model)."""
+    from matplotlib.figure import Figure
+    from nkicpu.profile import MODELED
+
+    rows = climb(model, tp)
+    colors = {1: "tab:blue", 2: "tab:orange"}
+    fig = Figure(figsize=(10, 1.4 + 0.32 * len(rows) * len(BATCHES)), layout="constrained")
+    axes = fig.subplots(len(BATCHES), 1)
+    for ax, B in zip(axes, BATCHES):
+        for y, (e, r) in enumerate(rows):
+            row = r[B]
+            ax.barh(y, row["best_us"], color=colors[e.lnc])
+            ax.barh(y, row["modeled_us"] - row["best_us"], left=row["best_us"],
+                    color=colors[e.lnc], alpha=0.35)
+        for cores in (1, 2):
+            roof = next(r[B]["block_roofline_us"] for e, r in rows if e.lnc == cores)
+            ax.axvline(roof, color=colors[cores], ls="--", lw=1)
+        ax.set_yticks(range(len(rows)),
+                      [f"{e.step} {_idea(e)}" + (", 2 cores" if e.lnc == 2 and e.step > 5 else "")
+                       for e, _ in rows], fontsize=8)
+        ax.invert_yaxis()
+        ax.set_title(f"{model} TP{tp}, B = {B}", fontsize=10, loc="left")
+        ax.set_xlabel("kernel time, µs (launches apart; dark: best, light: to likely; dashed: the "
+                      "block's roofline on one core, on two)", fontsize=9)
+        ax.grid(axis="x", alpha=0.3)
+    fig.suptitle(f"The composition steps, one core and two\n{MODELED}", fontsize=10)
+    return fig
