@@ -24,9 +24,9 @@ from matplotlib.patches import Patch
 import kernels  # noqa: F401  (first: makes `import nki` work)
 import nkicpu
 from benchmarks.steps import BATCHES, TARGETS, latency_table, step_row, steps_upto
-from kernels.accuracy import assert_close
+from kernels.accuracy import OUTPUT, assert_close
 from kernels.configs import model_shard
-from kernels.reference import gdn_block_tkg_ref, pipeline_inputs, to_numpy, to_torch
+from kernels.reference import gdn_block_tkg_ref, pipeline_inputs, to_numpy, to_torch, token_inputs
 from kernels.registry import BLOCK_ARGS, BLOCK_OUTPUTS, BY_NAME
 from nkicpu.profile import MODELED, dma_kinds, profile_capture
 from nkicpu.timeline import plot_timeline
@@ -155,11 +155,15 @@ def check_block(got, x):
 
     The conv state's shifted columns must be bit-exact; its new column is the in_proj output,
     which may round to the neighbouring bf16 value when the kernel sums in another order than
-    torch, so it is held to the output rule (the largest error is the new column's).
+    torch, so it is held to the output rule (the largest error is the new column's); with T tokens
+    per sequence the last T columns are projections, and the whole window takes the output rule.
     """
     want = [to_numpy(t) for t in gdn_block_tkg_ref(*(to_torch(x[name]) for name in BLOCK_ARGS))]
+    rules = [rule for _, rule in BLOCK_OUTPUTS]
+    if x["hidden"].shape[1] > 1:       # T tokens: the window's last T columns are projections
+        rules[1] = OUTPUT
     out, conv, state = [assert_close(g, w, rule, name)
-                        for (name, rule), g, w in zip(BLOCK_OUTPUTS, got, want)]
+                        for (name, _), rule, g, w in zip(BLOCK_OUTPUTS, rules, got, want)]
     return {"out max abs err": out["max_abs_err"], "out cosine": out["cosine"],
             "conv new column max abs err": conv["max_abs_err"],
             "state max abs err": state["max_abs_err"]}
@@ -232,10 +236,11 @@ def plot_launches(panels, title):
 
 # --- exercises: the reader's change, judged ------------------------------------------------------
 
-def judge(step, B=1, lnc=None, model=MODEL, tp=TP, **phases):
+def judge(step, B=1, lnc=None, model=MODEL, tp=TP, T=1, **phases):
     """Run step `step` with some of its phases replaced by the reader's (`phases`: the names its
     module calls them by, e.g. `continue_z=my_continue_z`): is it still right (check_block), and
-    what does it cost against the step as it is? On the entry's cores unless `lnc` says."""
+    what does it cost against the step as it is? On the entry's cores unless `lnc` says; T tokens
+    per sequence (the shipped kernel's hidden [B, T, H]) if T > 1."""
     entry = BY_NAME[step]
     module = importlib.import_module(STEP_CODE[step][0])
     saved = {}
@@ -243,6 +248,8 @@ def judge(step, B=1, lnc=None, model=MODEL, tp=TP, **phases):
         assert name in vars(module), f"{module.__name__} calls no phase named {name}"
         saved[name] = vars(module)[name]
     x = block_inputs(model, tp, B)
+    if T > 1:
+        x = token_inputs(model_shard(model, tp, B), T)
     cores = lnc or entry.lnc
     kernel = replace(entry, lnc=cores).load_kernel()
     try:
@@ -259,7 +266,8 @@ def judge(step, B=1, lnc=None, model=MODEL, tp=TP, **phases):
         right = "right: matches the reference"
     except AssertionError as e:
         right = f"WRONG: {e}"
-    print(f"{right}\nmodeled (trn2 cost model), {model} TP{tp}, B = {B}, {cores} core(s):\n"
+    print(f"{right}\nmodeled (trn2 cost model), {model} TP{tp}, B = {B}, T = {T}, "
+          f"{cores} core(s):\n"
           f"  {step} as it is: {was.best_us:.1f} – {was.total_us:.1f} µs\n"
           f"  yours:           {p.best_us:.1f} – {p.total_us:.1f} µs "
           f"({p.total_us - was.total_us:+.1f} µs likely, {p.best_us - was.best_us:+.1f} best)")
