@@ -1,7 +1,8 @@
 # The project's two commands (see README.md):
 #
 #   make book   build the book into _build/html and print where to open it
-#   make test   a strict book build, then every test and notebook (the browser test included)
+#   make test   a strict book build (every notebook run once), then every test (the browser test
+#               included)
 #
 # Both set up the same virtual environment first (target `venv`). Needs only Python >= 3.10
 # with venv and pip, GNU make and bash; `make test` also needs Debian's chromium and chromedriver,
@@ -32,8 +33,6 @@ SHELL := bash
 
 BOOK_BUILD := jupyter-book build --all -W -n --keep-going .
 INDEX      := $(CURDIR)/_build/html/index.html
-# Folders pytest looks in: tests/ plus the notebook folders that exist (git keeps no empty folder).
-PYTEST_PATHS := tests $(wildcard stages book)
 
 book: venv
 	$(BOOK_BUILD)
@@ -42,12 +41,15 @@ book: venv
 	@echo "The book is built. Open it in a browser:"
 	@echo "  $(INDEX)"
 
-# The book builds first: the browser test (tests/test_browser.py) opens the built site.
+# The book builds first, executing every notebook once on the current code (its cache cleared:
+# a notebook's hidden check cells are its tests, and a failing cell fails the build); then
+# pytest, whose browser test (tests/test_browser.py) opens the built site.
 test: venv browser
+	rm -rf _build/.jupyter_cache
 	$(BOOK_BUILD)
 	test -s "$(INDEX)"
-	python -m pytest $(PYTEST_PATHS) --nbmake --nbmake-timeout=600
-	@echo "make test: the strict book build, tests and notebooks all passed"
+	python -m pytest tests
+	@echo "make test: the strict book build (every notebook run once) and the tests passed"
 
 # The browser test drives Debian's chromium through its chromedriver. A fresh CI machine has
 # neither: install both with apt, as root or through sudo; nothing to do when both are on PATH.
@@ -67,7 +69,7 @@ browser:
 venv: $(STAMP) $(KERNEL_CONFIG)
 	python -m pip install --quiet --no-deps -e .
 
-# The venv's IPython kernel configuration: it keeps the kernels of the book build and of nbmake
+# The venv's IPython kernel configuration: it keeps the kernels of the book build
 # from printing one "running over TCP without encryption" warning each (see the file).
 $(KERNEL_CONFIG): book/_ipython/ipython_kernel_config.py | $(VPY)
 	install -D -m 644 $< $@

@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 SITE = Path(os.environ.get("BOOK_HTML", REPO / "_build" / "html"))
 SHOTS = SITE.parent / "screenshots"  # _build/screenshots next to _build/html
 # Pages saved as screenshots besides the index: a stage chapter and the last composition chapter.
-SHOT_PAGES = ("stages/02_conv1d_decode", "book/composition/06_lnc2")
+SHOT_PAGES = ("stages/02_conv1d_decode", "book/composition/05_two_cores")
 # A common laptop width, where the theme shows its desktop layout (the navigation as a column);
 # tall enough for the screenshots to show a chapter's title, prose and first code and figure.
 WINDOW = (1280, 2000)

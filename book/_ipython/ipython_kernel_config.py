@@ -2,8 +2,9 @@
 # folder for one environment (sys.prefix/etc/ipython), which every kernel of the venv reads.
 #
 # Why: ipykernel >= 7.3 warns "Kernel is running over TCP without encryption" at each start.
-# The book build and nbmake start one local kernel per notebook (about 20 such lines per run),
-# and neither lets us configure their kernel manager (its transport or transport_encryption).
+# The book build (and nbmake, on the trn path) start one local kernel per notebook (about 20 such
+# lines per run), and neither lets us configure their kernel manager (its transport or
+# transport_encryption).
 # This filter drops that one message from the kernel's log; every other message still prints.
 # Application.logging_config is traitlets' documented hook: a logging dictConfig merged into the
 # default one, whose stderr handler is named "console".
