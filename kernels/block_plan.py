@@ -9,7 +9,7 @@ import nki.isa as nisa
 import nki.language as nl
 
 from .checks import expect
-from .conv1d_decode import window_chunks
+from .conv1d_decode import channel_groups, window_chunks
 from .gated_delta_rule import PREPARED_PAIR_BYTES, first_chunk_pairs, ring_holds_state
 from .gdn_block_checks import block_dims, check_block_dtypes
 from .in_proj import BF16_BYTES, MIN_SLICE_RUN_BYTES
@@ -140,3 +140,15 @@ def block_outputs(p, every_token=False):
     new_conv_state = nl.ndarray(windows, nl.bfloat16, buffer=nl.shared_hbm, name="new_conv_state")
     new_state = nl.ndarray(states, nl.float32, buffer=nl.shared_hbm, name="new_recurrent_state")
     return out, new_conv_state, new_state
+
+
+def activation_tiles(p):
+    """The tiles the projections write and the conv reads, channel-major, and the conv's channel
+    groups (conv1d_decode.channel_groups): (qk [dk, 2, nq, N], q heads then k heads; v
+    [dv, nh, N]; the conv outputs qk_c [dk, 2, nkh, N] and v_c [dv, nh, N]; groups)."""
+    qk = nl.ndarray((p.dk, 2, p.nq, p.N), nl.bfloat16, name="qk_proj")
+    v = nl.ndarray((p.dv, p.nh, p.N), nl.bfloat16, name="v_proj")
+    qk_c = nl.ndarray((p.dk, 2, p.nkh, p.N), nl.bfloat16, name="qk_conv")
+    v_c = nl.ndarray((p.dv, p.nh, p.N), nl.bfloat16, name="v_conv")
+    groups = channel_groups(qk_c, qk, v_c, v, p.k0, p.key_dim, 2 * p.key_dim + p.h0 * p.dv)
+    return qk, v, qk_c, v_c, groups

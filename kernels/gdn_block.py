@@ -19,9 +19,9 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 
-from .block_plan import (BlockPlan, block_outputs, gates_fit_ahead, one_weight_queue, split_heads,
-                         windows_fit_ahead, z_after_state)
-from .conv1d_decode import channel_groups, conv_groups, load_group_windows
+from .block_plan import (BlockPlan, activation_tiles, block_outputs, gates_fit_ahead,
+                         one_weight_queue, split_heads, windows_fit_ahead, z_after_state)
+from .conv1d_decode import conv_groups, load_group_windows
 from .delta_rule_pairs import head_broadcast, head_row, pair_ones
 from .gated_delta_rule import gated_delta_rule_tokens, prepare_gates, prepare_qk, token_inputs
 from .gdn_block_checks import MAX_TOKENS
@@ -89,7 +89,9 @@ def gdn_block_tkg(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_st
         o, recurrent_state = gated_delta_rule(q, k, v, a, b, A_log, dt_bias, recurrent_state)
         out = rmsnorm_gated(o, z, norm_weight)
     """
-    return gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state,
+    p = ready_first_plan(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
+                         dt_bias, norm_weight, recurrent_state)
+    return gdn_block_body(p, hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state,
                           A_log, dt_bias, norm_weight, recurrent_state, verify=False)
 
 
@@ -113,7 +115,9 @@ def gdn_block_tkg_verify(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, 
         - The state goes to HBM after every token (T state stores), where gdn_block_tkg stores
           only the last.
     """
-    return gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state,
+    p = ready_first_plan(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
+                         dt_bias, norm_weight, recurrent_state)
+    return gdn_block_body(p, hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state,
                           A_log, dt_bias, norm_weight, recurrent_state, verify=True)
 
 
@@ -135,21 +139,16 @@ def ready_first_plan(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv
     return p
 
 
-def gdn_block_body(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
+def gdn_block_body(p, hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
                    dt_bias, norm_weight, recurrent_state, verify):
-    """The body of gdn_block_tkg (verify: of gdn_block_tkg_verify, every token's window and state
-    returned). On an LNC grid each program takes its value heads and the key heads they read
-    (block_plan.split_heads); every HBM write is its own heads' slice, except the conv window of a
-    key head both programs read (nk odd), written twice with the same values."""
-    p = ready_first_plan(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
-                         dt_bias, norm_weight, recurrent_state)
+    """The phases of gdn_block_tkg, on plan p's heads, queues and tiles (verify: of
+    gdn_block_tkg_verify, every token's window and state returned). On an LNC grid each program
+    takes its value heads and the key heads they read (block_plan.split_heads); every HBM write
+    is its own heads' slice, except the conv window of a key head both programs read (nk odd),
+    written twice with the same values."""
     out, new_conv_state, new_state = block_outputs(p, verify)
     hidden_T = load_tokens(hidden)
-    qk = nl.ndarray((p.dk, 2, p.nq, p.N), nl.bfloat16, name="qk_proj")     # q heads, then k heads
-    v = nl.ndarray((p.dv, p.nh, p.N), nl.bfloat16, name="v_proj")
-    qk_c = nl.ndarray((p.dk, 2, p.nkh, p.N), nl.bfloat16, name="qk_conv")
-    v_c = nl.ndarray((p.dv, p.nh, p.N), nl.bfloat16, name="v_conv")
-    groups = channel_groups(qk_c, qk, v_c, v, p.k0, p.key_dim, 2 * p.key_dim + p.h0 * p.dv)
+    qk, v, qk_c, v_c, groups = activation_tiles(p)
     # the small inputs ahead of the weights (a row DMA each), the conv windows where they fit
     gate_params = (load_column(A_log, p.h0, p.nh, "A_log"),
                    load_column(dt_bias, p.h0, p.nh, "dt_bias"))

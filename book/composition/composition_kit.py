@@ -33,13 +33,14 @@ from nkicpu.timeline import plot_timeline
 
 MODEL, TP = TARGETS[0]          # Qwen3-Next-80B TP4: the shard this part profiles
 
-# Where each fused step's code lives: its module, its plan function and its body.
+# Where each fused step's code lives: its plan and its body ("module:function"; step 5 runs step
+# 4's body on its own plan).
 STEP_CODE = {
-    "3_onchip": ("kernels.steps.onchip", "onchip_plan", "gdn_block_tkg_onchip"),
-    "4_z_last": ("kernels.steps.z_last", "z_last_plan", "gdn_block_tkg_z_last"),
-    "5_two_cores": ("kernels.steps.two_cores", "two_cores_plan", "gdn_block_tkg_two_cores"),
-    "6_queues": ("kernels.steps.queues", "queues_plan", "gdn_block_tkg_queues"),
-    "7_ready_first": ("kernels.gdn_block", "ready_first_plan", "gdn_block_body"),
+    "3_onchip": ("kernels.steps.onchip:onchip_plan", "kernels.steps.onchip:onchip_body"),
+    "4_z_last": ("kernels.steps.z_last:z_last_plan", "kernels.steps.z_last:z_last_body"),
+    "5_two_cores": ("kernels.steps.two_cores:two_cores_plan", "kernels.steps.z_last:z_last_body"),
+    "6_queues": ("kernels.steps.queues:queues_plan", "kernels.steps.queues:queues_body"),
+    "7_ready_first": ("kernels.gdn_block:ready_first_plan", "kernels.gdn_block:gdn_block_body"),
 }
 # What a block's DMA carries, by argument position (BLOCK_ARGS) and by output name.
 DMA_KINDS = {"arguments": {1: "weights", 3: "weights", 4: "weights", 2: "z's weights",
@@ -98,15 +99,14 @@ def _code(fn):
     return textwrap.dedent("\n".join(lines[body[0].lineno - 1:body[-1].end_lineno])).splitlines()
 
 
+def _function(target):
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
 def step_functions(step):
     """(plan function, body function) of a fused step (STEP_CODE)."""
-    module, plan, body = STEP_CODE[step]
-    m = importlib.import_module(module)
-    fns = []
-    for name in (plan, body):
-        fn = getattr(m, name)
-        fns.append(getattr(fn, "__wrapped__", fn))
-    return fns
+    return [_function(target) for target in STEP_CODE[step]]
 
 
 def show_diff(before, after):
@@ -116,8 +116,9 @@ def show_diff(before, after):
     for what, old, new in zip(("plan", "body"), step_functions(before), step_functions(after)):
         a, b = _code(old), _code(new)
         diff = list(difflib.unified_diff(a, b, lineterm="", n=max(len(a), len(b))))[3:]
-        if not diff:
-            diff = [" " + line for line in b]
+        if new is old:
+            parts.append(f"**The {what}**: `{new.__name__}`, step {BY_NAME[before].step}'s as it is.")
+            continue
         parts.append(f"**The {what}**, `{new.__name__}` against `{old.__name__}`:\n\n```diff\n"
                      + "\n".join(diff) + "\n```")
     display(Markdown("\n\n".join(parts)))
@@ -242,7 +243,7 @@ def judge(step, B=1, lnc=None, model=MODEL, tp=TP, T=1, **phases):
     what does it cost against the step as it is? On the entry's cores unless `lnc` says; T tokens
     per sequence (the shipped kernel's hidden [B, T, H]) if T > 1."""
     entry = BY_NAME[step]
-    module = importlib.import_module(STEP_CODE[step][0])
+    module = importlib.import_module(STEP_CODE[step][1].partition(":")[0])    # the body's
     saved = {}
     for name, fn in phases.items():
         assert name in vars(module), f"{module.__name__} calls no phase named {name}"

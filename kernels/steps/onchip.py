@@ -7,8 +7,8 @@ sees only the weights, the two states and the output.
 import nki
 import nki.language as nl
 
-from ..block_plan import BlockPlan, block_outputs
-from ..conv1d_decode import channel_groups, conv_groups
+from ..block_plan import BlockPlan, activation_tiles, block_outputs
+from ..conv1d_decode import conv_groups
 from ..delta_rule_pairs import pair_ones
 from ..gated_delta_rule import gated_delta_rule_tokens, load_head_params, token_inputs
 from ..gqa_repeat import heads_for_values
@@ -30,13 +30,16 @@ def gdn_block_tkg_onchip(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, 
     """Step 3: the five stages on chip. Arguments and results as gdn_block_tkg, one token."""
     p = onchip_plan(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
                     dt_bias, norm_weight, recurrent_state)
+    return onchip_body(p, hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state,
+                       A_log, dt_bias, norm_weight, recurrent_state)
+
+
+def onchip_body(p, hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
+                dt_bias, norm_weight, recurrent_state):
+    """Step 3's phases, on plan p's heads and tiles."""
     out, new_conv_state, new_state = block_outputs(p)
     hidden_T = load_tokens(hidden)
-    qk = nl.ndarray((p.dk, 2, p.nq, p.N), nl.bfloat16, name="qk_proj")     # q heads, then k heads
-    v = nl.ndarray((p.dv, p.nh, p.N), nl.bfloat16, name="v_proj")
-    qk_c = nl.ndarray((p.dk, 2, p.nkh, p.N), nl.bfloat16, name="qk_conv")
-    v_c = nl.ndarray((p.dv, p.nh, p.N), nl.bfloat16, name="v_conv")
-    groups = channel_groups(qk_c, qk, v_c, v, p.k0, p.key_dim, 2 * p.key_dim + p.h0 * p.dv)
+    qk, v, qk_c, v_c, groups = activation_tiles(p)
     # stage 1: each projection straight into the tiles the next stage reads
     a = project_heads(hidden_T, W_in_a, p.h0, p.nh, "a")
     b = project_heads(hidden_T, W_in_b, p.h0, p.nh, "b")

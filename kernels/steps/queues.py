@@ -13,8 +13,9 @@ Launched on one core or two ([2]).
 import nki
 import nki.language as nl
 
-from ..block_plan import BlockPlan, block_outputs, one_weight_queue, split_heads, z_after_state
-from ..conv1d_decode import channel_groups, conv_groups
+from ..block_plan import (BlockPlan, activation_tiles, block_outputs, one_weight_queue,
+                          split_heads, z_after_state)
+from ..conv1d_decode import conv_groups
 from ..delta_rule_pairs import pair_ones
 from ..gated_delta_rule import gated_delta_rule_tokens, load_head_params, token_inputs
 from ..gqa_repeat import heads_for_values
@@ -43,13 +44,16 @@ def gdn_block_tkg_queues(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, 
     gdn_block_tkg, one token."""
     p = queues_plan(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
                     dt_bias, norm_weight, recurrent_state)
+    return queues_body(p, hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state,
+                       A_log, dt_bias, norm_weight, recurrent_state)
+
+
+def queues_body(p, hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
+                dt_bias, norm_weight, recurrent_state):
+    """Step 6's phases, on plan p's heads, queues and tiles."""
     out, new_conv_state, new_state = block_outputs(p)
     hidden_T = load_tokens(hidden)
-    qk = nl.ndarray((p.dk, 2, p.nq, p.N), nl.bfloat16, name="qk_proj")     # q heads, then k heads
-    v = nl.ndarray((p.dv, p.nh, p.N), nl.bfloat16, name="v_proj")
-    qk_c = nl.ndarray((p.dk, 2, p.nkh, p.N), nl.bfloat16, name="qk_conv")
-    v_c = nl.ndarray((p.dv, p.nh, p.N), nl.bfloat16, name="v_conv")
-    groups = channel_groups(qk_c, qk, v_c, v, p.k0, p.key_dim, 2 * p.key_dim + p.h0 * p.dv)
+    qk, v, qk_c, v_c, groups = activation_tiles(p)
     # stage 1: each projection straight into the tiles the next stage reads
     a = project_heads(hidden_T, W_in_a, p.h0, p.nh, "a", p.weight_queue)
     b = project_heads(hidden_T, W_in_b, p.h0, p.nh, "b", p.weight_queue)
