@@ -305,3 +305,10 @@ def judge_pipeline(pipeline, against, B=1, model=MODEL, tp=TP):
     return {"right": right.startswith("right"), "best_us": best, "likely_us": likely,
             "launch_us": launch_us, "was_best_us": r["best_us"], "was_likely_us": r["modeled_us"],
             "was_launch_us": r["launch_us"]}
+
+
+# --- step 2's phases, for `judge` ----------------------------------------------------------------
+# Step 2 has no plan (show_diff does not apply), but its phases are the stage bodies that
+# kernels/steps/scratch.py calls (in_proj_hbm, conv1d_decode_hbm, split_heads_hbm, gdn_tkg_hbm):
+# `judge("2_scratch", in_proj_hbm=...)` runs it with the reader's in place of one of them.
+STEP_CODE.setdefault("2_scratch", ("kernels.steps.scratch", None, "gdn_block_tkg_scratch"))
