@@ -34,8 +34,10 @@ from nkicpu.timeline import plot_timeline
 MODEL, TP = TARGETS[0]          # Qwen3-Next-80B TP4: the shard this part profiles
 
 # Where each fused step's code lives: its plan and its body ("module:function"; step 5 runs step
-# 4's body on its own plan).
+# 4's body on its own plan). Step 2 has no plan, but `judge` can replace the stage bodies its
+# kernel calls (in_proj_hbm, conv1d_decode_hbm, split_heads_hbm, gdn_tkg_hbm).
 STEP_CODE = {
+    "2_scratch": (None, "kernels.steps.scratch:gdn_block_tkg_scratch"),
     "3_onchip": ("kernels.steps.onchip:onchip_plan", "kernels.steps.onchip:onchip_body"),
     "4_z_last": ("kernels.steps.z_last:z_last_plan", "kernels.steps.z_last:z_last_body"),
     "5_two_cores": ("kernels.steps.two_cores:two_cores_plan", "kernels.steps.z_last:z_last_body"),
@@ -305,10 +307,3 @@ def judge_pipeline(pipeline, against, B=1, model=MODEL, tp=TP):
     return {"right": right.startswith("right"), "best_us": best, "likely_us": likely,
             "launch_us": launch_us, "was_best_us": r["best_us"], "was_likely_us": r["modeled_us"],
             "was_launch_us": r["launch_us"]}
-
-
-# --- step 2's phases, for `judge` ----------------------------------------------------------------
-# Step 2 has no plan (show_diff does not apply), but its phases are the stage bodies that
-# kernels/steps/scratch.py calls (in_proj_hbm, conv1d_decode_hbm, split_heads_hbm, gdn_tkg_hbm):
-# `judge("2_scratch", in_proj_hbm=...)` runs it with the reader's in place of one of them.
-STEP_CODE.setdefault("2_scratch", ("kernels.steps.scratch", None, "gdn_block_tkg_scratch"))
