@@ -16,7 +16,7 @@ from benchmarks import roofline, sweep
 from kernels.configs import (SWEEP_BATCHES, SWEEP_SHARDS, SWEEP_TOKEN_BATCHES, SWEEP_TOKENS,
                              TEST_SHARDS, GDNShape, model_shard)
 from kernels.gdn_block_checks import MAX_TOKENS
-from kernels.registry import BLOCK_ARGS, BY_NAME, ENTRIES, VERIFY_OUTPUTS
+from kernels.registry import BLOCK_ARGS, BY_NAME, ENTRIES, STEPS, VERIFY_OUTPUTS
 from nkicpu import costs
 from nkicpu.profile import MODELED
 
@@ -231,30 +231,30 @@ def test_readme_figure_draws_the_fused_kernel_modeled(tmp_path, capsys):
     assert modeled.roofline_us <= modeled.best_us <= modeled.total_us
 
 
-def test_latency_table_lists_the_registry_steps(monkeypatch):
-    """benchmarks.steps: a table per target shard, one row per step up to `upto` and a column per
-    batch with the likely time over the block's roofline and floor, then that roofline and floor
-    per core count the steps run on, labelled with the cost model's rates (the rows stand in for
-    the sweep's)."""
+def test_latency_table_lists_the_steps_by_track(monkeypatch):
+    """benchmarks.steps: a table per target shard, a column per batch with best - likely µs and
+    both over the block's roofline, the one-core steps then the two-core ones, each track closed
+    by its roofline row (the rows stand in for the sweep's); steps_upto lists the one-core track
+    first; the climb and the targets' table read the same rows."""
     from benchmarks import steps
-    from kernels.registry import STEPS
-    row = {"best_us": 2.0, "modeled_us": 3.0, "modeled_over_block_roofline": 1.5,
-           "modeled_over_block_floor": 1.25, "launches": 1}
+    row = {"best_us": 2.0, "modeled_us": 3.0, "best_over_block_roofline": 1.25,
+           "modeled_over_block_roofline": 1.5, "block_roofline_us": 1.6, "block_floor_us": 2.2,
+           "launches": 1, "launch_us": 16.0}
     monkeypatch.setattr(steps, "step_row", lambda *args: row)
-    for upto, cores in (("2_scratch", (1,)), ("6_queues", (1, 2))):
-        listed = [e for e in STEPS if e.step <= BY_NAME[upto].step]
-        n = len(listed)
-        tables = steps.latency_table(upto=upto).split("\n\n**")
-        assert len(tables) == len(steps.TARGETS)
-        cells = " | ".join(["2 – 3 (1.50x; 1.25x)"] * len(steps.BATCHES))
-        for (m, tp), table in zip(steps.TARGETS, tables):
-            lines = table.splitlines()
-            assert lines[4:4 + n] == [f"| {e.name} | 1 | {cells} |" for e in listed]
-            footer = lines[4 + n:]
-            assert len(footer) == 2 * len(cores)
-            for c, roof, floor in zip(cores, footer[::2], footer[1::2]):
-                shapes = [model_shard(m, tp, B) for B in steps.BATCHES]
-                assert f"({costs.HBM_ROOFLINE_GBPS:g} GB/s per core)" in roof and f"on {c} core" in roof
-                assert f"({costs.DMA_ACHIEVED_GBPS:g} GB/s per core)" in floor and f"on {c} core" in floor
-                assert roof.endswith(" | ".join(f"{roofline.block_roofline_us(s, c):.1f}" for s in shapes) + " |")
-                assert floor.endswith(" | ".join(f"{roofline.block_floor_us(s, c):.1f}" for s in shapes) + " |")
+    names = [e.name for e in steps.steps_upto("6_queues")]
+    assert names == ["0_staged", "1_staged_tkg", "2_scratch", "3_onchip", "4_z_last", "6_queues",
+                     "5_two_cores", "6_queues_lnc2"]
+    tables = steps.latency_table(names).split("\n\n**")
+    assert len(tables) == len(steps.TARGETS)
+    cells = " | ".join(["2.0 – 3.0 (1.25x – 1.50x)"] * len(steps.BATCHES))
+    roof = " | ".join(["*1.6*"] * len(steps.BATCHES))
+    for table in tables:
+        lines = table.splitlines()[4:]
+        assert lines == ([f"| {n} | 1 | {cells} |" for n in names[:6]] + [f"| *roofline, 1 core* | | {roof} |"]
+                         + [f"| {n} | 2 | {cells} |" for n in names[6:]]
+                         + [f"| *roofline, 2 cores* | | {roof} |"])
+    climb = steps.climb_table().splitlines()
+    assert len(climb) == 2 + 2 + len(STEPS)                    # header, a row per track, a row per step
+    target = steps.target_table().splitlines()
+    assert len(target) == 2 + len(steps.TARGETS) * len(steps.BATCHES) * 2
+    assert all("met" in line for line in target[2:])

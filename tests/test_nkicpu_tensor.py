@@ -413,8 +413,9 @@ def test_import_kernels_prefers_the_sdk_and_nkicpu_1_forces_the_model(tmp_path):
     pkg.mkdir()
     # `import kernels` imports the fused kernel, whose module applies @nki.jit at import time
     (pkg / "__init__.py").write_text("FAKE_NEURON_SDK = True\n\ndef jit(fn=None, **kwargs):\n    return fn\n")
-    # kernel modules read documented tile sizes at import time
-    (pkg / "language.py").write_text("class tile_size:\n    pmax = 128\n    psum_bank_fmax = 512\n")
+    # kernel modules read documented tile sizes and define NKIObject classes at import time
+    (pkg / "language.py").write_text("class tile_size:\n    pmax = 128\n    psum_bank_fmax = 512\n\n\n"
+                                     "class NKIObject:\n    pass\n")
     (pkg / "isa.py").write_text("")
     assert _import_nki(tmp_path, force=False) == ["neuron-sdk", "nki", "True", "nki.language"]
     assert _import_nki(tmp_path, force=True) == ["nkicpu", "nkicpu", "False", "nkicpu.language"]
