@@ -307,3 +307,41 @@ def judge_pipeline(pipeline, against, B=1, model=MODEL, tp=TP):
     return {"right": right.startswith("right"), "best_us": best, "likely_us": likely,
             "launch_us": launch_us, "was_best_us": r["best_us"], "was_likely_us": r["modeled_us"],
             "was_launch_us": r["launch_us"]}
+
+
+# --- two cores -----------------------------------------------------------------------------------
+
+from nkicpu.profile import split_core  # noqa: E402  (this section's own)
+
+def with_block_roofline(launch, B=1, model=MODEL, tp=TP):
+    """The launch with its profile's roofline replaced by the block's on the step's cores, the one
+    the latency tables divide by (the block's minimal bytes at 368 GB/s per core), instead of the
+    kernel's own bytes' (which count a tensor every core reads once per core)."""
+    roofline = step_row(launch.name, model, tp, B)["block_roofline_us"]
+    return replace(launch, profile=replace(launch.profile, roofline_us=roofline))
+
+
+def band_cores(fig):
+    """Shade the odd cores' lanes of a timeline ("c1 ...") and rule a line where the core changes,
+    so that the lanes of an LNC launch read apart core by core; returns the figure."""
+    ax = fig.axes[0]
+    cores = [split_core(t.get_text())[0] for t in ax.get_yticklabels()]
+    for y, core in enumerate(cores):
+        if core and int(core[1:]) % 2:
+            ax.axhspan(y - 0.5, y + 0.5, color="0.5", alpha=0.1, linewidth=0, zorder=0)
+        if y and core != cores[y - 1]:
+            ax.axhline(y - 0.5, color="0.3", linewidth=0.8)
+    return fig
+
+
+def before_after_cores(before, after, B=1, model=MODEL, tp=TP, marks=((), ())):
+    """`before_after`, each step against the block's roofline on its own cores (the tables'), and
+    the lanes of a step on several cores banded core by core (band_cores); modeled."""
+    runs = [with_block_roofline(run(s, B, model, tp), B, model, tp) for s in (before, after)]
+    figs = [band_cores(timeline(r, f"{r.name}, {BY_NAME[r.name].lnc} core"
+                                   f"{'s' * (BY_NAME[r.name].lnc > 1)}, {model} TP{tp}, B = {B}", m))
+            for r, m in zip(runs, marks)]
+    right = max(r.profile.total_us for r in runs) * 1.01
+    for fig in figs:
+        fig.axes[0].set_xlim(0, right)
+    return figs
