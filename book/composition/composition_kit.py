@@ -28,7 +28,7 @@ from kernels.accuracy import OUTPUT, assert_close
 from kernels.configs import model_shard
 from kernels.reference import gdn_block_tkg_ref, pipeline_inputs, to_numpy, to_torch, token_inputs
 from kernels.registry import BLOCK_ARGS, BLOCK_OUTPUTS, BY_NAME
-from nkicpu.profile import MODELED, dma_kinds, profile_capture
+from nkicpu.profile import MODELED, dma_kinds, profile_capture, split_core
 from nkicpu.timeline import plot_timeline
 
 MODEL, TP = TARGETS[0]          # Qwen3-Next-80B TP4: the shard this part profiles
@@ -68,6 +68,7 @@ class Launch:
     name: str          # the registry entry the launch runs
     capture: object    # nkicpu.Capture: outputs and instruction record
     profile: object    # nkicpu.profile.Profile, modeled (trn2 cost model)
+    at: tuple          # (model, tp, B) of the inputs
 
 
 @lru_cache(maxsize=None)
@@ -80,7 +81,7 @@ def launches(step, B=1, model=MODEL, tp=TP):
     for name in entry.launches or (entry.name,):
         e = BY_NAME[name]
         capture = nkicpu.capture(e.load_kernel())(*e.arguments(shape, x))
-        runs.append(Launch(name, capture, profile_capture(capture)))
+        runs.append(Launch(name, capture, profile_capture(capture), (model, tp, B)))
     return tuple(runs)
 
 
@@ -134,20 +135,51 @@ def kinds(launch):
 
 
 def timeline(launch, title, marks=(), ax=None):
-    """A step's likely timeline, every DMA coloured by what it carries; modeled."""
-    return plot_timeline(launch.profile, ax=ax, title=title, marks=marks, dma_kinds=kinds(launch))
+    """A step's likely timeline, every DMA coloured by what it carries, against the block's
+    roofline on the step's cores (the latency tables'), the lanes banded core by core where it
+    runs on several; modeled."""
+    if BY_NAME[launch.name].args == BLOCK_ARGS and not BY_NAME[launch.name].launches:
+        launch = _with_block_roofline(launch)
+    return _band_cores(plot_timeline(launch.profile, ax=ax, title=title, marks=marks,
+                                     dma_kinds=kinds(launch)))
 
 
 def before_after(before, after, B=1, model=MODEL, tp=TP, marks=((), ())):
-    """Two timelines, step `before` over step `after`, on one time axis; each DMA coloured by what
-    it carries; modeled. `marks`: the marks of each."""
+    """Two timelines, step `before` over step `after`, on one time axis (`timeline`). `marks`:
+    the marks of each."""
     runs = (run(before, B, model, tp), run(after, B, model, tp))
-    figs = [timeline(r, f"{name}, {model} TP{tp}, B = {B}", m)
+    figs = [timeline(r, f"{name}, {_cores(name)}, {model} TP{tp}, B = {B}", m)
             for r, name, m in zip(runs, (before, after), marks)]
     right = max(r.profile.total_us for r in runs) * 1.01
     for fig in figs:
         fig.axes[0].set_xlim(0, right)
     return figs
+
+
+def _cores(name):
+    n = BY_NAME[name].lnc
+    return f"{n} core{'s' * (n > 1)}"
+
+
+def _with_block_roofline(launch):
+    """The launch with its profile's roofline replaced by the block's on the step's cores, the
+    one the latency tables divide by (the block's minimal bytes at 368 GB/s per core), instead of
+    the kernel's own bytes' (which count a tensor every core reads once per core)."""
+    roofline = step_row(launch.name, *launch.at)["block_roofline_us"]
+    return replace(launch, profile=replace(launch.profile, roofline_us=roofline))
+
+
+def _band_cores(fig):
+    """Shade the odd cores' lanes of a timeline ("c1 ...") and rule a line where the core
+    changes, so that the lanes of an LNC launch read apart core by core; returns the figure."""
+    ax = fig.axes[0]
+    cores = [split_core(t.get_text())[0] for t in ax.get_yticklabels()]
+    for y, core in enumerate(cores):
+        if core and int(core[1:]) % 2:
+            ax.axhspan(y - 0.5, y + 0.5, color="0.5", alpha=0.1, linewidth=0, zorder=0)
+        if y and core != cores[y - 1]:
+            ax.axhline(y - 0.5, color="0.3", linewidth=0.8)
+    return fig
 
 
 # --- correctness ---------------------------------------------------------------------------------
@@ -241,27 +273,28 @@ def plot_launches(panels, title):
 
 def judge(step, B=1, lnc=None, model=MODEL, tp=TP, T=1, **phases):
     """Run step `step` with some of its phases replaced by the reader's (`phases`: the names its
-    module calls them by, e.g. `continue_z=my_continue_z`): is it still right (check_block), and
-    what does it cost against the step as it is? On the entry's cores unless `lnc` says; T tokens
-    per sequence (the shipped kernel's hidden [B, T, H]) if T > 1."""
+    plan's or body's module calls them by, e.g. `continue_z=my_continue_z`): is it still right
+    (check_block), and what does it cost against the step as it is? On the entry's cores unless
+    `lnc` says; T tokens per sequence (the shipped kernel's hidden [B, T, H]) if T > 1."""
     entry = BY_NAME[step]
-    module = importlib.import_module(STEP_CODE[step][1].partition(":")[0])    # the body's
-    saved = {}
-    for name, fn in phases.items():
-        assert name in vars(module), f"{module.__name__} calls no phase named {name}"
-        saved[name] = vars(module)[name]
+    modules = [importlib.import_module(t.partition(":")[0]) for t in STEP_CODE[step] if t]
+    saved = []                                   # (module, name, its own function)
+    for name in phases:
+        where = [m for m in modules if name in vars(m)]
+        assert where, f"{step}'s plan and body call no function named {name}"
+        saved += [(m, name, vars(m)[name]) for m in where]
     x = block_inputs(model, tp, B)
     if T > 1:
         x = token_inputs(model_shard(model, tp, B), T)
     cores = lnc or entry.lnc
     kernel = replace(entry, lnc=cores).load_kernel()
     try:
-        for name, fn in phases.items():
-            setattr(module, name, fn)
+        for m, name, _ in saved:
+            setattr(m, name, phases[name])
         capture = nkicpu.capture(kernel)(*x.values())
     finally:
-        for name, fn in saved.items():
-            setattr(module, name, fn)
+        for m, name, fn in saved:
+            setattr(m, name, fn)
     p = profile_capture(capture)
     was = profile_capture(nkicpu.capture(kernel)(*x.values())) if phases else p
     try:
@@ -307,41 +340,3 @@ def judge_pipeline(pipeline, against, B=1, model=MODEL, tp=TP):
     return {"right": right.startswith("right"), "best_us": best, "likely_us": likely,
             "launch_us": launch_us, "was_best_us": r["best_us"], "was_likely_us": r["modeled_us"],
             "was_launch_us": r["launch_us"]}
-
-
-# --- two cores -----------------------------------------------------------------------------------
-
-from nkicpu.profile import split_core  # noqa: E402  (this section's own)
-
-def with_block_roofline(launch, B=1, model=MODEL, tp=TP):
-    """The launch with its profile's roofline replaced by the block's on the step's cores, the one
-    the latency tables divide by (the block's minimal bytes at 368 GB/s per core), instead of the
-    kernel's own bytes' (which count a tensor every core reads once per core)."""
-    roofline = step_row(launch.name, model, tp, B)["block_roofline_us"]
-    return replace(launch, profile=replace(launch.profile, roofline_us=roofline))
-
-
-def band_cores(fig):
-    """Shade the odd cores' lanes of a timeline ("c1 ...") and rule a line where the core changes,
-    so that the lanes of an LNC launch read apart core by core; returns the figure."""
-    ax = fig.axes[0]
-    cores = [split_core(t.get_text())[0] for t in ax.get_yticklabels()]
-    for y, core in enumerate(cores):
-        if core and int(core[1:]) % 2:
-            ax.axhspan(y - 0.5, y + 0.5, color="0.5", alpha=0.1, linewidth=0, zorder=0)
-        if y and core != cores[y - 1]:
-            ax.axhline(y - 0.5, color="0.3", linewidth=0.8)
-    return fig
-
-
-def before_after_cores(before, after, B=1, model=MODEL, tp=TP, marks=((), ())):
-    """`before_after`, each step against the block's roofline on its own cores (the tables'), and
-    the lanes of a step on several cores banded core by core (band_cores); modeled."""
-    runs = [with_block_roofline(run(s, B, model, tp), B, model, tp) for s in (before, after)]
-    figs = [band_cores(timeline(r, f"{r.name}, {BY_NAME[r.name].lnc} core"
-                                   f"{'s' * (BY_NAME[r.name].lnc > 1)}, {model} TP{tp}, B = {B}", m))
-            for r, m in zip(runs, marks)]
-    right = max(r.profile.total_us for r in runs) * 1.01
-    for fig in figs:
-        fig.axes[0].set_xlim(0, right)
-    return figs
