@@ -29,7 +29,7 @@ export OPENBLAS_NUM_THREADS ?= 1
 SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
 .DELETE_ON_ERROR:
-.PHONY: book test browser venv clean
+.PHONY: book test strict-book unit-tests browser venv clean
 
 BOOK_BUILD := jupyter-book build --all -W -n --keep-going .
 INDEX      := $(CURDIR)/_build/html/index.html
@@ -41,15 +41,25 @@ book: venv
 	@echo "The book is built. Open it in a browser:"
 	@echo "  $(INDEX)"
 
-# The book builds first, executing every notebook once on the current code (its cache cleared:
-# a notebook's hidden check cells are its tests, and a failing cell fails the build); then
-# pytest, whose browser test (tests/test_browser.py) opens the built site.
+# Tests of the built site: they read _build/html, so they run once the book is built.
+SITE_TESTS := tests/test_browser.py tests/test_book_pages.py
+
+# The strict book build and the tests that need no book run side by side (each mostly on one
+# core of two); then the tests of the built site. The build executes every notebook once on the
+# current code (its cache cleared): a notebook's hidden check cells are its tests, and a failing
+# cell fails the build.
 test: venv browser
+	$(MAKE) --no-print-directory -j2 --output-sync=target strict-book unit-tests
+	python -m pytest $(SITE_TESTS)
+	@echo "make test: the strict book build (every notebook run once) and the tests passed"
+
+strict-book:
 	rm -rf _build/.jupyter_cache
 	$(BOOK_BUILD)
 	test -s "$(INDEX)"
-	python -m pytest tests
-	@echo "make test: the strict book build (every notebook run once) and the tests passed"
+
+unit-tests:
+	python -m pytest tests $(addprefix --ignore=,$(SITE_TESTS))
 
 # The browser test drives Debian's chromium through its chromedriver. A fresh CI machine has
 # neither: install both with apt, as root or through sudo; nothing to do when both are on PATH.
