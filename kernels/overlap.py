@@ -11,8 +11,8 @@ from .rmsnorm_gated import rmsnorm_rstd
 
 # z's weight chunks whose matmuls go between the conv stage and the recurrence where every weight
 # streams on one queue: more hold back the recurrence's first TensorE work where z has few chunks,
-# fewer leave TensorE idle during the conv stage (chosen by a sweep of the modeled time over 0 ..
-# 12 at the book's target shards).
+# fewer leave TensorE idle during the conv stage (chosen by a sweep of the shipped kernel's modeled
+# time over 0 .. 12 at the book's target shards; step 6's chapter shows 0 .. 4 for step 6).
 Z_CHUNKS_BEFORE_RECURRENCE = 2
 
 

@@ -346,6 +346,8 @@ def lower_bounds(capture, band=costs.LIKELY):
               the k first ones' earliest data start + their work at full rate + the k-th one's
               chain after it, the most over k (with all k, at least `bytes` + a fixed latency)
     floor     the largest of them
+    last_dma_parts  last_dma's terms at the k that gives it: {"start", "work", "after" (µs),
+              "dmas": k, "last": the k-th DMA's instruction index}
 
     A lower bound, not a schedule: a launch can sit above all of them. On several cores each
     bounds the launch's time, so the launch's floor is the largest core floor.
@@ -386,15 +388,19 @@ def lower_bounds(capture, band=costs.LIKELY):
             engine = max(engine, busy + unseen)
             if on:
                 engine = max(engine, min(start[k] for k in on) + busy + min(after[k] for k in on))
-        last, work, moving = 0.0, 0.0, float("inf")
-        for k in sorted(dma, key=lambda k: -after[k]):
+        last, work, moving, parts = 0.0, 0.0, float("inf"), None
+        for n, k in enumerate(sorted(dma, key=lambda k: -after[k])):
             t = costs.transfer(ins[k], band)
             work += t.work_bytes
             moving = min(moving, start[k] + t.latency_us)
-            last = max(last, moving + work / rate + after[k])
+            if moving + work / rate + after[k] > last:
+                last = moving + work / rate + after[k]
+                parts = {"start": moving, "work": work / rate, "after": after[k], "dmas": n + 1,
+                         "last": k}
         b = {"bytes": sum(sum(costs.hbm_bytes(ins[k])) for k in dma) / rate, "engine": engine,
              "chain": max((start[k] + alone[k] + after[k] for k in mine), default=0.0), "last_dma": last}
         b["floor"] = max(b.values())
+        b["last_dma_parts"] = parts
         result.append(b)
     return result
 

@@ -189,8 +189,12 @@ def test_each_bound_of_a_small_kernel_is_its_hand_count(band):
                         + (t[load_x.index].work_bytes + t[load_y.index].work_bytes) / rate + after_load}
     want["floor"] = want["last_dma"]
     (got,) = lower_bounds(c, band)
+    parts = got.pop("last_dma_parts")
     assert got == pytest.approx(want)
     assert got["floor"] <= _modeled(c)[band]
+    # last_dma's terms: both loads, the first one's latency, their work, what follows them
+    assert parts["dmas"] == 2 and parts["last"] in (load_x.index, load_y.index)
+    assert parts["start"] + parts["work"] + parts["after"] == pytest.approx(got["last_dma"])
 
 
 @pytest.mark.parametrize("band", costs.BANDS)
@@ -268,6 +272,6 @@ def test_the_floor_is_never_above_the_modeled_time(cores):
             bounds = lower_bounds(c, band)
             assert len(bounds) == cores
             for b in bounds:
-                assert set(b) == set(BOUNDS) | {"floor"}
+                assert set(b) == set(BOUNDS) | {"floor", "last_dma_parts"}
                 assert b["floor"] == max(b[k] for k in BOUNDS) <= modeled[band]
                 assert b["floor"] > 0.5 * modeled[band]        # not vacuous

@@ -218,9 +218,9 @@ def check_table(rows):
 
 
 def same_bits(a, b):
-    """Whether two launches returned the same results, bit for bit."""
-    return all((x.view("uint8") == y.view("uint8")).all()
-               for x, y in zip(a.capture.outputs, b.capture.outputs))
+    """Whether two launches (or captures) returned the same results, bit for bit."""
+    outputs = [getattr(r, "capture", r).outputs for r in (a, b)]
+    return all((x.view("uint8") == y.view("uint8")).all() for x, y in zip(*outputs))
 
 
 # --- tables --------------------------------------------------------------------------------------
@@ -340,51 +340,3 @@ def judge_pipeline(pipeline, against, B=1, model=MODEL, tp=TP):
     return {"right": right.startswith("right"), "best_us": best, "likely_us": likely,
             "launch_us": launch_us, "was_best_us": r["best_us"], "was_likely_us": r["modeled_us"],
             "was_launch_us": r["launch_us"]}
-
-
-# --- the floor of the last DMA -------------------------------------------------------------------
-
-def last_dma_parts(launch, band):
-    """`nkicpu.profile.lower_bounds`' "last DMA" bound of a one-core launch in one band, in the
-    parts it adds (µs): its DMAs ordered by the least chain that must follow each, the k first
-    ones' earliest data start ("start"), their work at the band's full DMA rate, descriptor
-    overheads included ("work"), and the chain after the k-th ("after"), at the k that gives the
-    most ("total", the bound; "dmas": k; "last": that DMA's instruction index). The same
-    arithmetic as lower_bounds, kept apart so that a chapter can show the parts; it asserts that
-    the total is lower_bounds' own."""
-    from nkicpu import costs
-    from nkicpu.profile import _alone_us, _regions, _shapes, lower_bounds
-    from nkicpu.schedule import dependencies, dma_trigger, lanes
-    ins = launch.capture.instructions
-    deps = dependencies(ins, _shapes(launch.capture), _regions(launch.capture))
-    lane = lanes(ins)
-    rate = costs.dma_bytes_per_us(band)
-    alone = [_alone_us(i, band) for i in ins]
-
-    def handoff(p, c):
-        return (costs.SEMAPHORE_US if band == costs.LIKELY and ins[c].engine != "dma"
-                and lane[p] != lane[c] else 0.0)
-
-    start = [0.0] * len(ins)
-    for c, ds in enumerate(deps):
-        if ins[c].engine == "dma" and dma_trigger(ins[c]) == "gpsimd":
-            start[c] = costs.SWDGE_GPSIMD_US
-        for p in ds:
-            start[c] = max(start[c], start[p] + alone[p] + handoff(p, c))
-    after = [0.0] * len(ins)
-    for c in reversed(range(len(ins))):
-        for p in deps[c]:
-            after[p] = max(after[p], handoff(p, c) + alone[c] + after[c])
-    best, work, moving = None, 0.0, float("inf")
-    dma = sorted((k for k in range(len(ins)) if ins[k].engine == "dma"), key=lambda k: -after[k])
-    for n, k in enumerate(dma):
-        t = costs.transfer(ins[k], band)
-        work += t.work_bytes
-        moving = min(moving, start[k] + t.latency_us)
-        total = moving + work / rate + after[k]
-        if best is None or total > best["total"]:
-            best = {"total": total, "start": moving, "work": work / rate, "after": after[k],
-                    "dmas": n + 1, "last": k}
-    bound = lower_bounds(launch.capture, band)
-    assert len(bound) == 1 and abs(bound[0]["last_dma"] - best["total"]) < 1e-9
-    return best
