@@ -10,12 +10,13 @@ import argparse
 from pathlib import Path
 
 import kernels  # noqa: F401  (first: makes `import nki` work)
+import nkicpu
 from kernels.configs import model_shard
 from kernels.reference import make_inputs
-from kernels.registry import BY_NAME
+from kernels.registry import BLOCK_DMA_KINDS, BY_NAME
 from matplotlib.figure import Figure
 
-from nkicpu.profile import event_end, profile
+from nkicpu.profile import dma_kinds, event_end, profile_capture
 from nkicpu.timeline import Mark, plot_timeline
 
 OUT = Path(__file__).resolve().parent.parent / "book" / "images" / "gdn_block_tkg_timeline.png"
@@ -29,7 +30,8 @@ WIDTH_IN = 8
 def figure():
     """The figure, and the modeled profile it draws."""
     shape = model_shard(MODEL, TP, B)
-    modeled = profile(STEP.load_kernel())(*STEP.arguments(shape, make_inputs(shape)))
+    capture = nkicpu.capture(STEP.load_kernel())(*STEP.arguments(shape, make_inputs(shape)))
+    modeled = profile_capture(capture)
     qkv = [e for e in modeled.events if e["lane"].startswith("DMA")
            and e["args"]["bytes"] * 16 == shape.H * shape.conv_dim * 2][:16]   # W_in_qkv's chunks
     assert len(qkv) == 16, "the figure marks W_in_qkv's 16 chunks"
@@ -40,7 +42,9 @@ def figure():
     fig = Figure(figsize=(WIDTH_IN, 5.4))
     ax = fig.add_subplot()
     fig.subplots_adjust(left=0.16, right=0.9)
-    plot_timeline(modeled, ax=ax, title=f"gdn_block_tkg, {MODEL} TP{TP}, B = {B}", marks=marks)
+    plot_timeline(modeled, ax=ax, title=f"gdn_block_tkg, {MODEL} TP{TP}, B = {B}", marks=marks,
+                  dma_kinds=dma_kinds(capture, BLOCK_DMA_KINDS["arguments"],
+                                      BLOCK_DMA_KINDS["outputs"]))
     return fig, modeled
 
 

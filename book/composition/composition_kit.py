@@ -27,7 +27,7 @@ from benchmarks.steps import BATCHES, TARGETS, latency_table, step_row, steps_up
 from kernels.accuracy import OUTPUT, assert_close
 from kernels.configs import model_shard
 from kernels.reference import gdn_block_tkg_ref, pipeline_inputs, to_numpy, to_torch, token_inputs
-from kernels.registry import BLOCK_ARGS, BLOCK_OUTPUTS, BY_NAME
+from kernels.registry import BLOCK_ARGS, BLOCK_DMA_KINDS, BLOCK_OUTPUTS, BY_NAME
 from nkicpu.profile import MODELED, dma_kinds, profile_capture, split_core
 from nkicpu.timeline import plot_timeline
 
@@ -44,10 +44,6 @@ STEP_CODE = {
     "6_queues": ("kernels.steps.queues:queues_plan", "kernels.steps.queues:queues_body"),
     "7_ready_first": ("kernels.gdn_block:ready_first_plan", "kernels.gdn_block:gdn_block_body"),
 }
-# What a block's DMA carries, by argument position (BLOCK_ARGS) and by output name.
-DMA_KINDS = {"arguments": {1: "weights", 3: "weights", 4: "weights", 2: "z's weights",
-                           10: "state"},
-             "outputs": {"new_recurrent_state": "state"}}
 
 
 @lru_cache(maxsize=None)
@@ -130,8 +126,8 @@ def show_diff(before, after):
 # --- profiles ------------------------------------------------------------------------------------
 
 def kinds(launch):
-    """{instruction index: what the DMA carries} of a single-launch step (DMA_KINDS)."""
-    return dma_kinds(launch.capture, DMA_KINDS["arguments"], DMA_KINDS["outputs"])
+    """{instruction index: what the DMA carries} of a single-launch step (BLOCK_DMA_KINDS)."""
+    return dma_kinds(launch.capture, BLOCK_DMA_KINDS["arguments"], BLOCK_DMA_KINDS["outputs"])
 
 
 def timeline(launch, title, marks=(), ax=None):
