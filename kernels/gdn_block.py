@@ -171,7 +171,7 @@ def gdn_block_body(p, hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, con
     z = ColumnStream(nl.ndarray((p.dv, p.nh, p.N), nl.bfloat16, name="z"), hidden_T, W_in_z,
                      p.h0 * p.dv, by_block=True)
     start_z(z, p.z_last, p.weight_queue, hold=True)
-    # stage 2
+    # stage 2: per channel group, its windows (loaded above where they fit) slid and stored
     conv_groups(new_conv_state, groups, conv_weight, conv_state, loaded, p.window_queue)
     continue_z(z, p.z_last, p.weight_queue)
     # stage 3: value head h reads key head h // G
@@ -184,7 +184,7 @@ def gdn_block_body(p, hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, con
     else:
         tokens = prepare_qk(gates, q, k, v_c, o)
     gated_delta_rule_tokens(o, new_state, recurrent_state, tokens, p.h0, beside)
-    # stage 5, where z goes last its rsqrt ahead of z's last matmuls
+    # stage 5, then the only activation store; where z goes last, its rsqrt ahead of z
     rstd = finish_z(z, p.z_last, o, ones)
     y = nl.ndarray((p.dv, p.nh, p.N), nl.bfloat16, name="y")
     rmsnorm_gated_tile(y, o, z.dst, norm_w, ones=ones[0:p.dv, 0:p.dv], rstd=rstd)

@@ -67,7 +67,7 @@ def queues_body(p, hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_s
     continue_z(z, p.z_last, p.weight_queue)
     # stage 3: value head h reads key head h // G
     q, k = heads_for_values(qk_c, p.h0, p.nh, p.G)
-    # stage 4
+    # stage 4, z's weights beside it where z goes last
     gate_params = load_head_params(A_log, dt_bias, p.h0, p.nh)
     o = nl.ndarray((p.dv, p.nh, p.N), nl.bfloat16, name="o")
     ones = pair_ones(p.dk, p.dv, p.nh)
