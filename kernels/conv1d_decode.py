@@ -243,16 +243,6 @@ def channel_groups(qk_c, qk, v_c, v, k0, key_dim, v_c0):
     return groups
 
 
-def windows_in_one_chunk(groups, K):
-    """Whether the conv window of each channel group (channel_groups) is one chunk of
-    `window_chunks`: then loaded ahead, it holds at most WINDOW_FREE_MAX elements per partition."""
-    for i in range(len(groups)):
-        dst = groups[i][0]
-        if len(window_chunks(dst.shape[1], dst.shape[2], K)) > 1:
-            return False
-    return True
-
-
 def load_group_windows(conv_weight, conv_state, groups, T):
     """Phase 1 of the conv step for each channel group (channel_groups), T tokens per sequence:
     `load_windows` of its channels, in group order."""

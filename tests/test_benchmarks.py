@@ -255,6 +255,14 @@ def test_latency_table_lists_the_steps_by_track(monkeypatch):
                          + [f"| *roofline, 2 cores* | | {roof} |"])
     climb = steps.climb_table().splitlines()
     assert len(climb) == 2 + 2 + len(STEPS)                    # header, a row per track, a row per step
-    target = steps.target_table().splitlines()
-    assert len(target) == 2 + len(steps.TARGETS) * len(steps.BATCHES) * 2
-    assert all("met" in line for line in target[2:])
+    assert climb[3] == "| 0 | five launches | 1 | " + " | ".join(["2.0 – 3.0 | 1.25 – 1.50"] * 2) + " |"
+    target = steps.target_table().splitlines()[2:]
+    want = []
+    for m, tp in steps.TARGETS:
+        for B in steps.BATCHES:
+            for cores in (1, 2):
+                best, likely = steps.TARGET_RATIOS[cores, B]
+                verdict = [("met" if ratio <= t else "missed") for ratio, t in ((1.25, best), (1.5, likely))]
+                want.append(f"| {m} TP{tp} | {B} | {cores} | 1.250 | ≤ {best} {verdict[0]} | 1.500 | "
+                            f"≤ {likely} {verdict[1]} | 1.375 |")
+    assert target == want

@@ -113,11 +113,11 @@ def show_diff(before, after):
     new step, those it adds marked +, those it drops -, the rest as they are."""
     parts = []
     for what, old, new in zip(("plan", "body"), step_functions(before), step_functions(after)):
-        a, b = _code(old), _code(new)
-        diff = list(difflib.unified_diff(a, b, lineterm="", n=max(len(a), len(b))))[3:]
         if new is old:
             parts.append(f"**The {what}**: `{new.__name__}`, step {BY_NAME[before].step}'s as it is.")
             continue
+        a, b = _code(old), _code(new)
+        diff = list(difflib.unified_diff(a, b, lineterm="", n=max(len(a), len(b))))[3:]
         parts.append(f"**The {what}**, `{new.__name__}` against `{old.__name__}`:\n\n```diff\n"
                      + "\n".join(diff) + "\n```")
     display(Markdown("\n\n".join(parts)))
