@@ -66,7 +66,8 @@ from nkicpu import costs  # noqa: E402
 from nkicpu.profile import MODELED, profile_capture  # noqa: E402
 
 from kernels.reference import pipeline_inputs, token_inputs  # noqa: E402
-from kernels.registry import BLOCK_ARGS, BY_NAME, RENAMED, VERIFY_OUTPUTS  # noqa: E402
+from kernels.registry import (BLOCK_ARGS, BY_NAME, POOL_ARGS, POOL_OUTPUTS, RENAMED,  # noqa: E402
+                              VERIFY_OUTPUTS)
 
 from .roofline import block_floor_us, block_min_bytes, block_roofline_us  # noqa: E402
 
@@ -252,8 +253,8 @@ def _row_base(variant, shape, T):
            "launches": len(variant.launches) or 1, "lnc": variant.lnc, "config": shape.name, "model": model, "tp": int(tp)}
     row.update({f: getattr(shape, f) for f in SHAPE_FIELDS})
     row.update(T=T, G=shape.G, conv_dim=shape.conv_dim, value_dim=shape.value_dim, label=MODELED)
-    block = variant.args == BLOCK_ARGS
-    verify = variant.outputs == VERIFY_OUTPUTS
+    block = variant.args in (BLOCK_ARGS, POOL_ARGS)
+    verify = variant.outputs in (VERIFY_OUTPUTS, POOL_OUTPUTS)     # every token's checkpoint
     row.update(block_min_bytes=block_min_bytes(shape, T, verify) if block else None,
                block_roofline_us=block_roofline_us(shape, variant.lnc, T, verify) if block else None,
                block_floor_us=block_floor_us(shape, variant.lnc, T, verify) if block else None)

@@ -44,15 +44,17 @@ class BlockPlan(nl.NKIObject):
         window_queue: the same for the conv windows' stores.
         windows_ahead: the conv windows loaded with the small inputs, ahead of the weights.
         gates_ahead: every token's gates prepared as soon as a and b are projected.
+        slots: the pool form's (kernels.slots.Slots), or None: the states are the seed API's
+            tensors.
     """
 
     def __init__(self, hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
-                 dt_bias, norm_weight, recurrent_state, max_tokens):
+                 dt_bias, norm_weight, recurrent_state, max_tokens, pooled=False):
         B, H, nk, nv, dk, dv, K = block_dims(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b,
                                              conv_weight, conv_state, A_log, dt_bias, norm_weight,
-                                             recurrent_state, max_tokens)
+                                             recurrent_state, max_tokens, pooled)
         check_block_dtypes(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state,
-                           A_log, dt_bias, norm_weight, recurrent_state)
+                           A_log, dt_bias, norm_weight, recurrent_state, pooled)
         self.B, self.H, self.nk, self.nv, self.dk, self.dv, self.K = B, H, nk, nv, dk, dv, K
         self.T = hidden.shape[1]
         self.N = B * self.T
@@ -71,6 +73,7 @@ class BlockPlan(nl.NKIObject):
         self.window_queue = None
         self.windows_ahead = False
         self.gates_ahead = False
+        self.slots = None
 
 
 def split_heads(p):
@@ -127,11 +130,14 @@ def gates_fit_ahead(p):
     return p.T * first_chunk_pairs(p.B, p.nh) * PREPARED_PAIR_BYTES <= TOKENS_AHEAD_SBUF_BYTES
 
 
-def block_outputs(p, every_token=False):
+def block_outputs(p, every_token=False, conv_state=None, recurrent_state=None):
     """The step's results in shared HBM: out [B, T, nv * dv] bf16, the conv windows [B, conv_dim,
     K] bf16 and the recurrent states [B, nv, dk, dv] fp32 after the last token, or with
-    every_token [B, T, ...] after each token."""
+    every_token [B, T, ...] after each token; with p.slots, the pools conv_state and
+    recurrent_state themselves, written in place."""
     out = nl.ndarray((p.B, p.T, p.nv * p.dv), nl.bfloat16, buffer=nl.shared_hbm, name="out")
+    if p.slots is not None:
+        return out, conv_state, recurrent_state
     windows = (p.B, 2 * p.key_dim + p.nv * p.dv, p.K)
     states = (p.B, p.nv, p.dk, p.dv)
     if every_token:

@@ -11,7 +11,7 @@ import nki.language as nl
 import nki.isa as nisa
 
 from .checks import expect, expect_dtype, expect_rank, expect_shape
-from .layout import load_channel_major, store_rows
+from .layout import gather_channel_major, load_channel_major, scatter_rows, store_rows
 
 # The conv windows this stage (and the fused kernel) supports: the widths causal-conv1d's
 # causal_conv1d_update and vLLM's Triton kernel support; every Qwen3-Next / Qwen3.5 model uses 4.
@@ -162,11 +162,15 @@ def window_chunks(nt, B, K):
     return chunks
 
 
-def load_windows(conv_weight, conv_state, c0, P, nt, tokens=1):
+def load_windows(conv_weight, conv_state, c0, P, nt, tokens=1, slots=None):
     """Phase 1 of the conv step: the weight and the incoming window of channels c0 .. c0 + nt*P - 1,
-    channel-major, chunk by chunk (`window_chunks`, for `tokens` tokens per sequence). Returns a
-    list of (first channel, w [P, nt, K], state [P, nt, B, K]) @ SBUF, one per chunk."""
+    channel-major, chunk by chunk (`window_chunks`, for `tokens` tokens per sequence). With slots
+    (kernels.slots.Slots), conv_state is the pool and sequence b's window its row at slot
+    read_indices[b]. Returns a list of (first channel, w [P, nt, K], state [P, nt, B, K]) @ SBUF,
+    one per chunk."""
     B, _, K = conv_state.shape
+    if slots is not None:
+        B = slots.read_rows.shape[0]
     loaded = []
     for t0, n in window_chunks(nt, B * tokens, K):
         a, z = c0 + t0 * P, c0 + (t0 + n) * P
@@ -174,7 +178,10 @@ def load_windows(conv_weight, conv_state, c0, P, nt, tokens=1):
         # rows [n, P*K] and [B, n*P*K]
         load_channel_major(w.expand_dim(1), conv_weight[a:z, :].reshape((n, P, K)))
         state = nl.ndarray((P, n, B, K), conv_state.dtype, name="state")
-        load_channel_major(state, conv_state[:, a:z, :])
+        if slots is None:
+            load_channel_major(state, conv_state[:, a:z, :])
+        else:
+            gather_channel_major(state, conv_state, a, slots.read_rows)
         loaded.append((a, w, state))
     return loaded
 
@@ -200,21 +207,49 @@ def slide_windows(dst_out, x, loaded):
     return windows
 
 
-def store_windows(new_conv_state, windows, queue=None):
+def store_windows(new_conv_state, windows, queue=None, slots=None):
     """Phase 3: the new windows `slide_windows` returned, stored as rows to their channels:
     new_conv_state [B, conv_dim, K] @ HBM takes the window after the last token, [B, T,
     conv_dim, K] (a verify step's) the window after each token; the row DMAs on `queue`'s
-    hardware-DGE queue if given (store_rows)."""
+    hardware-DGE queue if given (store_rows). With slots, new_conv_state is the pool and token
+    s's window of sequence b goes to slot write_indices[b, s] (scatter_rows), only the channels
+    this program owns (_owned_runs)."""
     K = new_conv_state.shape[-1]
     for i in range(len(windows)):
         a, window = windows[i]
         P, nt = window.shape[0], window.shape[1]
         last = window.shape[3] - K                   # where the last token's window starts
-        if len(new_conv_state.shape) == 3:
+        if slots is not None:
+            runs = _owned_runs(a, nt, P, slots)
+            for s in range(last + 1):
+                for j in range(len(runs)):
+                    t0, n = runs[j]
+                    scatter_rows(new_conv_state, a + t0 * P, slots.write_rows[:, s:s + 1],
+                                 window[:, t0:t0 + n, :, s:s + K])
+        elif len(new_conv_state.shape) == 3:
             store_rows(new_conv_state[:, a:a + nt * P, :], window[:, :, :, last:last + K], queue)
         else:
             for s in range(last + 1):
                 store_rows(new_conv_state[:, s, a:a + nt * P, :], window[:, :, :, s:s + K], queue)
+
+
+def _owned_runs(a, nt, P, slots):
+    """(first tile, tiles) of the runs of a window group (nt tiles of P channels from channel a)
+    this program writes to a pool: every v channel, and the q and k channels of key heads from
+    slots.own_k0 on (a key head two programs read is written by the first)."""
+    runs = []
+    t = 0
+    while t < nt:
+        c = a + t * P
+        if c < 2 * slots.key_dim and (c % slots.key_dim) // P < slots.own_k0:
+            t = t + 1
+            continue
+        t1 = t + 1
+        while t1 < nt and a + t1 * P != slots.key_dim:     # q and k apart
+            t1 = t1 + 1
+        runs.append((t, t1 - t))
+        t = t1
+    return runs
 
 
 def channel_groups(qk_c, qk, v_c, v, k0, key_dim, v_c0):
@@ -243,36 +278,46 @@ def channel_groups(qk_c, qk, v_c, v, k0, key_dim, v_c0):
     return groups
 
 
-def load_group_windows(conv_weight, conv_state, groups, T):
+def load_group_windows(conv_weight, conv_state, groups, T, slots=None):
     """Phase 1 of the conv step for each channel group (channel_groups), T tokens per sequence:
-    `load_windows` of its channels, in group order."""
+    `load_windows` of its channels, in group order (from a pool's slots, if given)."""
     loaded = []
     for i in range(len(groups)):
         dst, _, c0 = groups[i]
-        loaded.append(load_windows(conv_weight, conv_state, c0, dst.shape[0], dst.shape[1], T))
+        loaded.append(load_windows(conv_weight, conv_state, c0, dst.shape[0], dst.shape[1], T,
+                                   slots))
     return loaded
 
 
-def conv_groups(new_conv_state, groups, conv_weight, conv_state, loaded=None, queue=None):
+def conv_groups(new_conv_state, groups, conv_weight, conv_state, loaded=None, queue=None,
+                slots=None):
     """The conv step of each channel group (channel_groups): every window slid and its silu
     computed, then the new windows stored (store_windows, on `queue` if given).
 
     loaded: the groups' windows, loaded ahead (load_group_windows); None: each group loads its
-    own here, and with one token per sequence goes load, conv, store chunk by chunk
-    (conv1d_decode_channels)."""
+    own here, and with one token per sequence and no pool goes load, conv, store chunk by chunk
+    (conv1d_decode_channels).
+    slots: the pool form's (kernels.slots.Slots): every window is read before any is written,
+    and where two programs of an LNC grid read one key head's window, a core barrier orders
+    both reads before its owner's write (the pool may be updated in place)."""
     T = groups[0][1].shape[2] // conv_state.shape[0]
+    if slots is not None:
+        T = slots.write_rows.shape[1]
     windows = []
     for i in range(len(groups)):
         dst, x, c0 = groups[i]
         if loaded is not None:
             windows.append(slide_windows(dst, x, loaded[i]))
-        elif T == 1:
+        elif T == 1 and slots is None:
             conv1d_decode_channels(dst, new_conv_state, x, conv_weight, conv_state, c0=c0)
         else:
             windows.append(slide_windows(dst, x, load_windows(conv_weight, conv_state, c0,
-                                                              dst.shape[0], dst.shape[1], T)))
+                                                              dst.shape[0], dst.shape[1], T,
+                                                              slots)))
+    if slots is not None and slots.barrier:
+        nisa.core_barrier(new_conv_state, (0, 1))
     for i in range(len(windows)):
-        store_windows(new_conv_state, windows[i], queue)
+        store_windows(new_conv_state, windows[i], queue, slots)
 
 
 def channel_chunks(conv_dim, B, K):

@@ -24,6 +24,8 @@ i - 1 has just issued.
 import nki.isa as nisa
 import nki.language as nl
 
+from .slots import PoolRows
+
 PMAX = nl.tile_size.pmax                        # partitions
 PSUM_BANK_FMAX = nl.tile_size.psum_bank_fmax    # fp32 elements per partition of one PSUM bank
 QUADRANT = 32                                   # partition quadrant: a small matmul's row tile
@@ -84,7 +86,8 @@ def pair_ring(dk, dv, steps, name="state_ring"):
 def move_pairs(ring, hbm, steps, i, load, store_queue=False):
     """Load (load=True) or store the state of sub-chunk i between HBM [B, nv, dk, dv] and its ring
     slot, i % slots; nothing if there is no sub-chunk i. A head slice of a larger state (one
-    program of an LNC grid) moves one piece per batch row.
+    program of an LNC grid) moves one piece per batch row, and the rows of a pool
+    (slots.PoolRows) at most DMA_PAIRS pairs of one row per DMA.
 
     store_queue: stores on SyncE's hardware-DGE queue instead of the queues the compiler fills in
     turn: a queue of their own, so that a load waiting for its slot's store holds up no store and
@@ -94,7 +97,8 @@ def move_pairs(ring, hbm, steps, i, load, store_queue=False):
         S = ring[:, i % ring.shape[1]]
         B, nv, dk, dv = hbm.shape
         p0 = b0 * nv + s0
-        if hbm.is_contiguous():
+        pool = isinstance(hbm, PoolRows)
+        if not pool and hbm.is_contiguous():
             flat = hbm.reshape((B * nv, dk, dv))
             for j in range(0, mc, DMA_PAIRS):
                 n = min(DMA_PAIRS, mc - j)
@@ -104,18 +108,27 @@ def move_pairs(ring, hbm, steps, i, load, store_queue=False):
             p = p0
             while p < p0 + mc:
                 n = min(p0 + mc, (p // nv + 1) * nv) - p
-                _dma(S[:, p - p0:p - p0 + n, :], hbm[p // nv, p % nv:p % nv + n].permute((1, 0, 2)),
-                     load, store_queue)
+                if pool:                        # one slot, in the contiguous path's pieces
+                    n = min(n, DMA_PAIRS)
+                    rows = hbm.heads(p // nv, p % nv, n)
+                else:
+                    rows = hbm[p // nv, p % nv:p % nv + n].permute((1, 0, 2))
+                _dma(S[:, p - p0:p - p0 + n, :], rows, load, store_queue, pool)
                 p = p + n
 
 
-def _dma(sbuf, hbm, load, store_queue):
+def _dma(sbuf, hbm, load, store_queue, pool=False):
+    """One state DMA; a pool row's (a scalar offset) skips an out-of-range slot (kernels/slots.py)."""
+    oob = nisa.oob_mode.error
+    if pool:
+        oob = nisa.oob_mode.skip
     if load:
-        nisa.dma_copy(sbuf, hbm)
+        nisa.dma_copy(sbuf, hbm, oob_mode=oob)
     elif store_queue:
-        nisa.dma_copy(hbm, sbuf, dge_mode=nisa.dge_mode.hwdge, engine=nisa.engine.sync)
+        nisa.dma_copy(hbm, sbuf, oob_mode=oob, dge_mode=nisa.dge_mode.hwdge,
+                      engine=nisa.engine.sync)
     else:
-        nisa.dma_copy(hbm, sbuf)
+        nisa.dma_copy(hbm, sbuf, oob_mode=oob)
 
 
 def head_params(A_log, dt_bias, P):

@@ -25,6 +25,7 @@ from .delta_rule_pairs import (BANK_GROUPS, GATE_STEPS, GROUP, PMAX, STATE_BUFFE
                                spread_gate_inputs)
 from .gqa_repeat import value_heads_view
 from .layout import load_channel_major, store_rows, token_columns
+from .slots import PoolRows
 
 L2NORM_EPS = 1e-6     # l2norm(x) = x * rsqrt(sum(x^2) + eps): eps inside the sqrt, on the sum
 # The verify form keeps every token's state: where a program has at most this many (batch, head)
@@ -206,7 +207,7 @@ def gated_delta_rule_block(o, new_state, ins, recurrent_state, ring=None, store=
     return ring
 
 
-def gated_delta_rule_tokens(o, new_state, recurrent_state, tokens, h0, beside=None):
+def gated_delta_rule_tokens(o, new_state, recurrent_state, tokens, h0, beside=None, slots=None):
     """T tokens per sequence of the recurrence (a speculative-decoding verify step; one with T = 1),
     token t starting from the state token t - 1 left, for value heads h0 .. h0 + nh - 1 of the
     state tensors (all of them, or one program's share on an LNC grid).
@@ -214,41 +215,43 @@ def gated_delta_rule_tokens(o, new_state, recurrent_state, tokens, h0, beside=No
     Args:
         o (nl.ndarray): [dv, nh, B * T] @ SBUF, written: token t of sequence b in column b * T + t.
         new_state (nl.ndarray): @ HBM, fp32, written: [B, nv, dk, dv], the state after the last
-            token; or [B, T, nv, dk, dv], the state after each token.
-        recurrent_state (nl.ndarray): [B, nv, dk, dv] @ HBM, fp32, read only.
+            token; or [B, T, nv, dk, dv], the state after each token; or with slots, the pool
+            [N, nv, dk, dv], token t's state of sequence b at slot write_indices[b, t].
+        recurrent_state (nl.ndarray): [B, nv, dk, dv] @ HBM, fp32, read only; or with slots, the
+            pool (new_state itself), sequence b's state at slot read_indices[b].
         tokens (list): T PairInputs, token t's columns (token_inputs, or prepare_gates and
             prepare_qk).
         h0 (int): the first value head; nh = o.shape[1].
         beside (object): optional, as gated_delta_rule_block's, given to every token's call and
             told first which token that is: beside.token_starts(t, T).
+        slots (kernels.slots.Slots): optional, the pool form's slots.
 
     Notes:
         - The state stays in the recurrence's ring between two tokens where the ring holds all of
           it (`ring_holds_state`); else it goes through HBM (scratch, where only the last token's
-          state is kept).
+          state is kept, or where a pool's checkpoint may not be kept: then copied to its slot).
         - Keeping every token's state with at most VERIFY_COPY_PAIRS pairs, each token's state is
           stored from a copy (gated_delta_rule_block's `copy`), two rings in turn.
     """
     T = len(tokens)
-    dv, nh, _ = o.shape
-    B, nv, dk, _ = recurrent_state.shape
+    dv, nh, N = o.shape
+    B = N // T
+    nv, dk = recurrent_state.shape[1], recurrent_state.shape[2]
     keep = ring_holds_state(B, nh)
-    every = len(new_state.shape) == 5
+    every = slots is not None or len(new_state.shape) == 5
     scratch = None
-    if T > 1 and not every and not keep:
+    if T > 1 and not keep and (slots is not None or not every):
         scratch = nl.ndarray((B, T - 1, nv, dk, dv), nl.float32, buffer=nl.hbm, name="token_states")
     copies = None
     if every and keep and T > 1 and B * nh <= VERIFY_COPY_PAIRS:
         steps = pair_steps(B, nh)
         copies = [pair_ring(dk, dv, steps, "state_copy"), pair_ring(dk, dv, steps, "state_copy")]
-    src = recurrent_state
+    src = recurrent_state[:, h0:h0 + nh]
+    if slots is not None:
+        src = PoolRows(recurrent_state, slots.read, h0, nh)
     ring = None
     for t in range(T):
-        dst = new_state
-        if every:
-            dst = new_state[:, t]
-        elif t < T - 1 and not keep:
-            dst = scratch[:, t]
+        dst = _token_state(new_state, scratch, slots, t, h0, nh)
         copy = None
         if copies is not None and t < T - 1:
             copy = copies[t % 2]
@@ -256,10 +259,31 @@ def gated_delta_rule_tokens(o, new_state, recurrent_state, tokens, h0, beside=No
             ring = None
         if beside is not None:
             beside.token_starts(t, T)
-        ring = gated_delta_rule_block(token_columns(o, t, T), dst[:, h0:h0 + nh], tokens[t],
-                                      src[:, h0:h0 + nh], ring, every or t == T - 1 or not keep,
-                                      copy, beside)
+        ring = gated_delta_rule_block(token_columns(o, t, T), dst, tokens[t], src, ring,
+                                      every or t == T - 1 or not keep, copy, beside)
+        if slots is not None and scratch is not None and t < T - 1:
+            _keep_checkpoint(PoolRows(new_state, slots.write[:, :, t], h0, nh), dst)
         src = dst
+
+
+def _token_state(new_state, scratch, slots, t, h0, nh):
+    """Where token t's state goes (heads h0 .. h0 + nh - 1): scratch between two tokens where it
+    is one, else its pool slots, else new_state (token t's, if it keeps every token's)."""
+    if scratch is not None and t < scratch.shape[1]:
+        return scratch[:, t, h0:h0 + nh]
+    if slots is not None:
+        return PoolRows(new_state, slots.write[:, :, t], h0, nh)
+    if len(new_state.shape) == 5:
+        return new_state[:, t, h0:h0 + nh]
+    return new_state[:, h0:h0 + nh]
+
+
+def _keep_checkpoint(rows, states):
+    """A token's states [B, nh, dk, dv] @ HBM copied to their pool slots (HBM -> HBM, one DMA per
+    sequence; an out-of-range slot skipped)."""
+    for b in range(rows.shape[0]):
+        nisa.dma_copy(rows.heads(b, 0, rows.shape[1]), states[b].permute((1, 0, 2)),
+                      oob_mode=nisa.oob_mode.skip)
 
 
 def token_inputs(q, k, v, a, b, gate_params, hp, ones, T):

@@ -24,12 +24,13 @@ from .block_plan import (BlockPlan, activation_tiles, block_outputs, gates_fit_a
 from .conv1d_decode import conv_groups, load_group_windows
 from .delta_rule_pairs import head_broadcast, head_row, pair_ones
 from .gated_delta_rule import gated_delta_rule_tokens, prepare_gates, prepare_qk, token_inputs
-from .gdn_block_checks import MAX_TOKENS
+from .gdn_block_checks import MAX_TOKENS, check_slot_args
 from .gqa_repeat import heads_for_values
 from .in_proj import ColumnStream, load_tokens, project_columns, project_pair, project_qk
 from .layout import load_column, store_rows
 from .overlap import continue_z, finish_z, start_z, z_beside
 from .rmsnorm_gated import rmsnorm_gated_tile
+from .slots import Slots, zero_padding
 
 
 @nki.jit
@@ -121,14 +122,57 @@ def gdn_block_tkg_verify(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, 
                           A_log, dt_bias, norm_weight, recurrent_state, verify=True)
 
 
+@nki.jit
+def gdn_block_tkg_pool(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state_pool,
+                       A_log, dt_bias, norm_weight, recurrent_state_pool, read_indices,
+                       write_indices):
+    """`gdn_block_tkg` on persistent state pools, read and written in place by slot: the serving
+    form, for 1 <= T <= MAX_TOKENS tokens per sequence.
+
+    Args: as gdn_block_tkg, except
+        conv_state_pool: [N, conv_dim, K] @ HBM, bf16, any N >= 1: written in place.
+        recurrent_state_pool: [N, nv, dk, dv] @ HBM, fp32: written in place.
+        read_indices: [B] @ HBM, int32: the slot sequence b starts from; -1: a padding row.
+        write_indices: [B, T] @ HBM, int32: the slot that takes sequence b's window and state
+            after token t (every draft's checkpoint); negative: not kept; -1 for every token
+            of a padding row.
+
+    Returns:
+        out: [B, T, value_dim] @ shared HBM, bf16; a padding row's rows exactly 0.
+        conv_state_pool, recurrent_state_pool: the pools (the same tensors), their written
+            slots updated; every other slot keeps its bits.
+
+    Notes:
+        - Check the indices on the host first, kernels.check_pool_indices(read_indices,
+          write_indices, N): the kernel skips an out-of-range slot instead of failing
+          (kernels/slots.py), so a bad index would go unnoticed.
+        - T = 1 with write_indices[:, 0] = read_indices is the plain in-place decode step; a
+          verify step writes each draft's checkpoint to its own slot, and the next step reads the
+          slot of the last accepted token.
+        - Every pool DMA reads its slot from SBUF when it runs and moves one slot: a state row
+          in gdn_block_tkg's pieces (scalar offsets), the windows one sequence per partition
+          (vector offsets). Sequence b's slot is read before it is written: its loads feed the
+          stores (a data dependency), and on an LNC grid whose programs share a key head a core
+          barrier orders both programs' window loads before the owner's store.
+    """
+    p = ready_first_plan(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state_pool,
+                         A_log, dt_bias, norm_weight, recurrent_state_pool, pooled=True)
+    check_slot_args(read_indices, write_indices, p.B, p.T)
+    p.slots = Slots(read_indices, write_indices, recurrent_state_pool.shape[0], p)
+    return gdn_block_body(p, hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight,
+                          conv_state_pool, A_log, dt_bias, norm_weight, recurrent_state_pool,
+                          verify=True)
+
+
 def ready_first_plan(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
-                     dt_bias, norm_weight, recurrent_state):
+                     dt_bias, norm_weight, recurrent_state, pooled=False):
     """Step 7's plan: step 6's (heads split on an LNC grid, z after the recurrence where the state
     is under half its weights, every weight on SyncE's queue where z is last and its sums fit
     beside the recurrence), up to MAX_TOKENS tokens, and the ready work: the windows' stores on
-    SyncE's queue where it carries no weights, the windows and the gates ahead where they fit."""
+    SyncE's queue where it carries no weights, the windows and the gates ahead where they fit.
+    pooled: the states are pools (gdn_block_tkg_pool)."""
     p = BlockPlan(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
-                  dt_bias, norm_weight, recurrent_state, MAX_TOKENS)
+                  dt_bias, norm_weight, recurrent_state, MAX_TOKENS, pooled)
     split_heads(p)
     p.z_last = z_after_state(p)
     p.weight_queue = one_weight_queue(p)
@@ -142,11 +186,12 @@ def ready_first_plan(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv
 def gdn_block_body(p, hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
                    dt_bias, norm_weight, recurrent_state, verify):
     """The phases of gdn_block_tkg, on plan p's heads, queues and tiles (verify: of
-    gdn_block_tkg_verify, every token's window and state returned). On an LNC grid each program
-    takes its value heads and the key heads they read (block_plan.split_heads); every HBM write
-    is its own heads' slice, except the conv window of a key head both programs read (nk odd),
-    written twice with the same values."""
-    out, new_conv_state, new_state = block_outputs(p, verify)
+    gdn_block_tkg_verify, every token's window and state returned; with p.slots, of
+    gdn_block_tkg_pool, the states read from and written to the pools by slot). On an LNC grid
+    each program takes its value heads and the key heads they read (block_plan.split_heads);
+    every HBM write is its own heads' slice, except the conv window of a key head both programs
+    read (nk odd), written twice with the same values (to a pool, once: slots.Slots.own_k0)."""
+    out, new_conv_state, new_state = block_outputs(p, verify, conv_state, recurrent_state)
     hidden_T = load_tokens(hidden)
     qk, v, qk_c, v_c, groups = activation_tiles(p)
     # the small inputs ahead of the weights (a row DMA each), the conv windows where they fit
@@ -156,7 +201,7 @@ def gdn_block_body(p, hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, con
     row = head_row(gate_params[0], gate_params[1])
     loaded = None
     if p.windows_ahead:
-        loaded = load_group_windows(conv_weight, conv_state, groups, p.T)
+        loaded = load_group_windows(conv_weight, conv_state, groups, p.T, p.slots)
     ones = pair_ones(p.dk, p.dv, p.nh)
     hp = head_broadcast(row, ones.shape[0])
     # stage 1: a | b first, every token's gates as they land; then q | k, v and z
@@ -172,7 +217,7 @@ def gdn_block_body(p, hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, con
                      p.h0 * p.dv, by_block=True)
     start_z(z, p.z_last, p.weight_queue, hold=True)
     # stage 2: per channel group, its windows (loaded above where they fit) slid and stored
-    conv_groups(new_conv_state, groups, conv_weight, conv_state, loaded, p.window_queue)
+    conv_groups(new_conv_state, groups, conv_weight, conv_state, loaded, p.window_queue, p.slots)
     continue_z(z, p.z_last, p.weight_queue)
     # stage 3: value head h reads key head h // G
     q, k = heads_for_values(qk_c, p.h0, p.nh, p.G)
@@ -183,10 +228,12 @@ def gdn_block_body(p, hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, con
         tokens = token_inputs(q, k, v_c, ab[:, 0], ab[:, 1], gate_params, hp, ones, p.T)
     else:
         tokens = prepare_qk(gates, q, k, v_c, o)
-    gated_delta_rule_tokens(o, new_state, recurrent_state, tokens, p.h0, beside)
+    gated_delta_rule_tokens(o, new_state, recurrent_state, tokens, p.h0, beside, p.slots)
     # stage 5, then the only activation store; where z goes last, its rsqrt ahead of z
     rstd = finish_z(z, p.z_last, o, ones)
     y = nl.ndarray((p.dv, p.nh, p.N), nl.bfloat16, name="y")
     rmsnorm_gated_tile(y, o, z.dst, norm_w, ones=ones[0:p.dv, 0:p.dv], rstd=rstd)
+    if p.slots is not None:
+        zero_padding(y, p.slots)
     store_rows(out.reshape((p.N, p.nv * p.dv))[:, p.h0 * p.dv:(p.h0 + p.nh) * p.dv], y)
     return out, new_conv_state, new_state

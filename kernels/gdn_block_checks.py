@@ -12,7 +12,7 @@ MAX_TOKENS = 8    # tokens per sequence a verify step carries (speculative decod
 
 
 def block_dims(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log, dt_bias,
-               norm_weight, recurrent_state, max_tokens=1):
+               norm_weight, recurrent_state, max_tokens=1, pooled=False):
     """Check the shapes of `gdn_block_tkg`'s 11 arguments; return (B, H, nk, nv, dk, dv, K).
 
     hidden is [B, T, H] with 1 <= T <= max_tokens (the composition steps take one token;
@@ -23,8 +23,12 @@ def block_dims(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state
     conv_dim = 2 * nk * dk + nv * dv columns; K from conv_weight. Every other argument is checked
     against them, so a wrong one is blamed, not the one it disagrees with. Reads shapes only, so
     it takes NKI, NumPy and torch tensors alike; the first bad argument fails an assert naming it.
-    Dtypes: `check_block_dtypes`.
+    Dtypes: `check_block_dtypes`. pooled: the states are the pool form's pools
+    (conv_state_pool, recurrent_state_pool), any number of slots in dim 0.
     """
+    cs, rs = "conv_state", "recurrent_state"
+    if pooled:
+        cs, rs = "conv_state_pool", "recurrent_state_pool"
     pmax = nl.tile_size.pmax
     expect_rank(hidden, "hidden", 3)
     B, S, H = hidden.shape
@@ -34,13 +38,13 @@ def block_dims(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state
            f"1 to {max_tokens} tokens per sequence, shape [B, T, H]", f"shape {list(hidden.shape)}")
     expect(H % pmax == 0, "hidden", f"hidden size H = hidden.shape[2] a multiple of {pmax}", H)
 
-    expect_rank(recurrent_state, "recurrent_state", 4)
+    expect_rank(recurrent_state, rs, 4)
     _, nv, dk, dv = recurrent_state.shape
-    expect(recurrent_state.shape[0] == B, "recurrent_state",
-           f"batch recurrent_state.shape[0] = {B} (as hidden)", list(recurrent_state.shape))
+    expect(pooled or recurrent_state.shape[0] == B, rs,
+           f"batch {rs}.shape[0] = {B} (as hidden)", list(recurrent_state.shape))
     state_dims = (("num_v_heads", 1, nv), ("head_k_dim", 2, dk), ("head_v_dim", 3, dv))
     for name, axis, n in state_dims:
-        expect(n <= pmax, "recurrent_state", f"{name} recurrent_state.shape[{axis}] <= {pmax}", n)
+        expect(n <= pmax, rs, f"{name} {rs}.shape[{axis}] <= {pmax}", n)
 
     expect_rank(W_in_qkv, "W_in_qkv", 2)
     expect(W_in_qkv.shape[0] == H, "W_in_qkv", f"{H} rows (H of hidden)", list(W_in_qkv.shape))
@@ -59,7 +63,7 @@ def block_dims(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state
            f"a conv window K = conv_weight.shape[1] in {K_MIN}..{K_MAX}", K)
 
     ranks = (("W_in_z", W_in_z, 2), ("W_in_a", W_in_a, 2), ("W_in_b", W_in_b, 2),
-             ("conv_state", conv_state, 3), ("A_log", A_log, 1), ("dt_bias", dt_bias, 1),
+             (cs, conv_state, 3), ("A_log", A_log, 1), ("dt_bias", dt_bias, 1),
              ("norm_weight", norm_weight, 1))
     for arg, t, rank in ranks:
         expect_rank(t, arg, rank)
@@ -67,29 +71,51 @@ def block_dims(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state
     for arg, W, n in weights:
         expect(W.shape[0] == H and W.shape[1] == n, arg, f"shape [H, {n}] = [{H}, {n}]",
                list(W.shape))
-    expect(conv_state.shape[0] == B, "conv_state", f"batch conv_state.shape[0] = {B} (as hidden)",
-           list(conv_state.shape))
-    expect(conv_state.shape[1] == conv_dim, "conv_state",
+    if pooled:
+        expect(conv_state.shape[0] == recurrent_state.shape[0], cs,
+               f"slots {cs}.shape[0] = {recurrent_state.shape[0]} (as {rs})",
+               list(conv_state.shape))
+    else:
+        expect(conv_state.shape[0] == B, cs, f"batch {cs}.shape[0] = {B} (as hidden)",
+               list(conv_state.shape))
+    expect(conv_state.shape[1] == conv_dim, cs,
            f"conv_dim = {conv_dim} channels (as W_in_qkv)", list(conv_state.shape))
-    expect(conv_state.shape[2] == K, "conv_state",
-           f"window conv_state.shape[2] = {K} (as conv_weight)", list(conv_state.shape))
-    heads = f"length num_v_heads = {nv} (recurrent_state.shape[1])"
+    expect(conv_state.shape[2] == K, cs,
+           f"window {cs}.shape[2] = {K} (as conv_weight)", list(conv_state.shape))
+    heads = f"length num_v_heads = {nv} ({rs}.shape[1])"
     expect(A_log.shape[0] == nv, "A_log", heads, list(A_log.shape))
     expect(dt_bias.shape[0] == nv, "dt_bias", heads, list(dt_bias.shape))
     expect(norm_weight.shape[0] == dv, "norm_weight",
-           f"length head_v_dim = {dv} (recurrent_state.shape[3])", list(norm_weight.shape))
+           f"length head_v_dim = {dv} ({rs}.shape[3])", list(norm_weight.shape))
     return B, H, nk, nv, dk, dv, K
 
 
 def check_block_dtypes(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
-                       dt_bias, norm_weight, recurrent_state):
+                       dt_bias, norm_weight, recurrent_state, pooled=False):
     """Check the dtypes of `gdn_block_tkg`'s 11 arguments: activations, projection weights and
-    the conv window bf16; conv_weight, the head parameters and the recurrent state fp32."""
+    the conv window bf16; conv_weight, the head parameters and the recurrent state fp32 (pooled:
+    the states are the pool form's pools)."""
+    cs, rs = "conv_state", "recurrent_state"
+    if pooled:
+        cs, rs = "conv_state_pool", "recurrent_state_pool"
     bf16 = (("hidden", hidden), ("W_in_qkv", W_in_qkv), ("W_in_z", W_in_z), ("W_in_a", W_in_a),
-            ("W_in_b", W_in_b), ("conv_state", conv_state))
+            ("W_in_b", W_in_b), (cs, conv_state))
     for arg, t in bf16:
         expect_dtype(t, arg, nl.bfloat16)
     fp32 = (("conv_weight", conv_weight), ("A_log", A_log), ("dt_bias", dt_bias),
-            ("norm_weight", norm_weight), ("recurrent_state", recurrent_state))
+            ("norm_weight", norm_weight), (rs, recurrent_state))
     for arg, t in fp32:
         expect_dtype(t, arg, nl.float32)
+
+
+def check_slot_args(read_indices, write_indices, B, T):
+    """The pool form's index arguments at trace time: read_indices [B], write_indices [B, T], both
+    int32 (their values are checked on the host: kernels.check_pool_indices)."""
+    expect_rank(read_indices, "read_indices", 1)
+    expect(read_indices.shape[0] == B, "read_indices", f"shape [{B}] (one slot per sequence of "
+           f"hidden)", list(read_indices.shape))
+    expect_rank(write_indices, "write_indices", 2)
+    expect(tuple(write_indices.shape) == (B, T), "write_indices",
+           f"shape [{B}, {T}] (a slot per token of hidden)", list(write_indices.shape))
+    expect_dtype(read_indices, "read_indices", nl.int32)
+    expect_dtype(write_indices, "write_indices", nl.int32)

@@ -84,17 +84,50 @@ def load_channel_major(dst, src):
         rows = nl.ndarray((rr * J, TL * P, K), tdt, buffer=nl.sbuf, name="rows_in")
         pieces = src[r0:r0 + rr].reshape((rr * J, TL * P, K))
         nisa.dma_copy(dst=_squeezed(rows), src=_squeezed(pieces))
-        out = dst.reshape_dim(1, (J, TL))[:, :, :, r0:r0 + rr, :]             # [P, J, TL, rr, K]
-        per_bank = _psum_bank_bytes() // (rr * J * _itemsize(tdt))            # transposes per bank
-        for t0, m, k0, nk in _bank_groups(TL, K, per_bank, tiles_and_k=(J == 1)):
-            ps = nl.ndarray((P, m, nk, rr, J), tdt, buffer=nl.psum, name="rows_in_T")
-            for i in range(m):
-                for k in range(k0, k0 + nk):
-                    block = _squeezed(rows[:, (t0 + i) * P:(t0 + i + 1) * P, k])  # [rr * J, P]
-                    nisa.nc_transpose(dst=_squeezed(ps[:, i, k - k0]), data=block,
-                                      engine=nisa.engine.tensor)
-            evict(out[:, :, t0:t0 + m, :, k0:k0 + nk], ps.permute((0, 4, 1, 3, 2)), evictions)
-            evictions += 1
+        evictions = _rows_in(dst, rows, r0, J, evictions)
+
+
+def gather_channel_major(dst, pool, c0, index):
+    """load_channel_major of rows picked when the DMA runs: dst [P, nt, R, K] @ SBUF takes
+    pool[index[r], c0 + t * P + p, k] (pool [N, C', K] @ HBM; index [R, 1] int32 @ SBUF).
+
+    One row per partition (a vector_offset DMA per 128 rows, on the software DGE, as the dma_copy
+    docs require for it); a row whose index is out of range is skipped (oob_mode.skip): its
+    columns of dst are undefined. Then load_channel_major's transposes."""
+    P, nt, R, K = dst.shape
+    C = nt * P
+    row = pool.shape[1] * pool.shape[2]
+    evictions = 0
+    for r0 in range(0, R, nl.tile_size.pmax):
+        rr = min(nl.tile_size.pmax, R - r0)
+        tdt = _transpose_dtype(pool.dtype, rr)
+        rows = nl.ndarray((rr, C * K), tdt, buffer=nl.sbuf, name="rows_in")
+        nisa.dma_copy(dst=rows, src=pool.ap([[row, rr], [1, C * K]], offset=c0 * K,
+                                            vector_offset=index[r0:r0 + rr], indirect_dim=0),
+                      oob_mode=nisa.oob_mode.skip)
+        evictions = _rows_in(dst, rows.reshape((rr, C, K)), r0, 1, evictions)
+
+
+def _rows_in(dst, rows, r0, J, evictions):
+    """The transposes of one chunk of load_channel_major: rows [rr * J, TL * P, K] @ SBUF (piece j
+    of row r on partition r * J + j) into columns r0 .. r0 + rr - 1 of dst [P, nt, R, K], one
+    eviction per PSUM bank; returns the evictions issued so far."""
+    P, nt, _, K = dst.shape
+    TL = nt // J
+    rr = rows.shape[0] // J
+    tdt = rows.dtype
+    out = dst.reshape_dim(1, (J, TL))[:, :, :, r0:r0 + rr, :]             # [P, J, TL, rr, K]
+    per_bank = _psum_bank_bytes() // (rr * J * _itemsize(tdt))            # transposes per bank
+    for t0, m, k0, nk in _bank_groups(TL, K, per_bank, tiles_and_k=(J == 1)):
+        ps = nl.ndarray((P, m, nk, rr, J), tdt, buffer=nl.psum, name="rows_in_T")
+        for i in range(m):
+            for k in range(k0, k0 + nk):
+                block = _squeezed(rows[:, (t0 + i) * P:(t0 + i + 1) * P, k])  # [rr * J, P]
+                nisa.nc_transpose(dst=_squeezed(ps[:, i, k - k0]), data=block,
+                                  engine=nisa.engine.tensor)
+        evict(out[:, :, t0:t0 + m, :, k0:k0 + nk], ps.permute((0, 4, 1, 3, 2)), evictions)
+        evictions += 1
+    return evictions
 
 
 def store_rows(dst, src, queue=None):
@@ -139,8 +172,6 @@ def store_rows(dst, src, queue=None):
     R, C, K = dst.shape
     P, nt = src.shape[0], src.shape[1]
     _check(src, "src", dst, "dst")
-    tdt = _transpose_dtype(src.dtype, P)
-    per_bank = _psum_bank_bytes() // (P * _itemsize(tdt))                     # transposes per bank
     pmax = nl.tile_size.pmax
     evictions = 0
     for r0 in range(0, R, pmax):
@@ -149,27 +180,58 @@ def store_rows(dst, src, queue=None):
         TL = nt // J
         # partition r * J + j holds piece j of row r0 + r: channels j*TL*P .. (j + 1)*TL*P - 1
         rows = nl.ndarray((rr * J, TL * P, K), dst.dtype, buffer=nl.sbuf, name="rows_out")
-        by_tile = rows.reshape_dim(1, (TL, P))                                # [rr * J, TL, P, K]
-        tiles = src.reshape_dim(1, (J, TL))[:, :, :, r0:r0 + rr, :]           # [P, J, TL, rr, K]
-        if tdt != src.dtype:              # widen the chunk to fp32 for the transposes (exact)
-            wide = nl.ndarray((P, J, TL, rr, K), tdt, buffer=nl.sbuf, name="rows_out_fp32")
-            nisa.tensor_copy(dst=_squeezed(wide), src=_squeezed(tiles), engine=nisa.engine.gpsimd)
-            tiles = wide
-        for t0, m, k0, nk in _bank_groups(TL, K, per_bank, tiles_and_k=True):
-            ps = nl.ndarray((rr * J, m, nk, P), tdt, buffer=nl.psum, name="rows_out_T")
-            for i in range(m):
-                for k in range(k0, k0 + nk):
-                    block = _squeezed(tiles[:, :, t0 + i, :, k].permute((0, 2, 1)))  # [P, rr, J]
-                    nisa.nc_transpose(dst=_squeezed(ps[:, i, k - k0]), data=block,
-                                      engine=nisa.engine.tensor)
-            evict(by_tile[:, t0:t0 + m, :, k0:k0 + nk], ps.permute((0, 1, 3, 2)), evictions)
-            evictions += 1
+        evictions = _rows_out(rows, src, r0, J, evictions)
         pieces = dst[r0:r0 + rr].reshape((rr * J, TL * P, K))
         if queue is None:
             nisa.dma_copy(dst=_squeezed(pieces), src=_squeezed(rows))
         else:
             nisa.dma_copy(dst=_squeezed(pieces), src=_squeezed(rows),
                           dge_mode=nisa.dge_mode.hwdge, engine=queue)
+
+
+def scatter_rows(pool, c0, index, src):
+    """store_rows to rows picked when the DMA runs: pool[index[r], c0 + t * P + p, k] (pool [N,
+    C', K] @ HBM; index [R, 1] int32 @ SBUF) takes src[p, t, r, k] (src [P, nt, R, K] @ SBUF).
+
+    store_rows' transposes, then one row per partition (a vector_offset DMA per 128 rows, on the
+    software DGE); a row whose index is out of range is not written (oob_mode.skip)."""
+    P, nt, R, K = src.shape
+    row = pool.shape[1] * pool.shape[2]
+    evictions = 0
+    for r0 in range(0, R, nl.tile_size.pmax):
+        rr = min(nl.tile_size.pmax, R - r0)
+        rows = nl.ndarray((rr, nt * P, K), pool.dtype, buffer=nl.sbuf, name="rows_out")
+        evictions = _rows_out(rows, src, r0, 1, evictions)
+        nisa.dma_copy(dst=pool.ap([[row, rr], [1, nt * P * K]], offset=c0 * K,
+                                  vector_offset=index[r0:r0 + rr], indirect_dim=0),
+                      src=rows.reshape((rr, nt * P * K)), oob_mode=nisa.oob_mode.skip)
+
+
+def _rows_out(rows, src, r0, J, evictions):
+    """The transposes of one chunk of store_rows: columns r0 .. of src [P, nt, R, K] @ SBUF into
+    rows [rr * J, TL * P, K] (piece j of row r on partition r * J + j), widened to fp32 first
+    where PSUM needs it; returns the evictions issued so far."""
+    P, nt, _, K = src.shape
+    TL = nt // J
+    rr = rows.shape[0] // J
+    tdt = _transpose_dtype(src.dtype, P)
+    per_bank = _psum_bank_bytes() // (P * _itemsize(tdt))                     # transposes per bank
+    by_tile = rows.reshape_dim(1, (TL, P))                                # [rr * J, TL, P, K]
+    tiles = src.reshape_dim(1, (J, TL))[:, :, :, r0:r0 + rr, :]           # [P, J, TL, rr, K]
+    if tdt != src.dtype:              # widen the chunk to fp32 for the transposes (exact)
+        wide = nl.ndarray((P, J, TL, rr, K), tdt, buffer=nl.sbuf, name="rows_out_fp32")
+        nisa.tensor_copy(dst=_squeezed(wide), src=_squeezed(tiles), engine=nisa.engine.gpsimd)
+        tiles = wide
+    for t0, m, k0, nk in _bank_groups(TL, K, per_bank, tiles_and_k=True):
+        ps = nl.ndarray((rr * J, m, nk, P), tdt, buffer=nl.psum, name="rows_out_T")
+        for i in range(m):
+            for k in range(k0, k0 + nk):
+                block = _squeezed(tiles[:, :, t0 + i, :, k].permute((0, 2, 1)))  # [P, rr, J]
+                nisa.nc_transpose(dst=_squeezed(ps[:, i, k - k0]), data=block,
+                                  engine=nisa.engine.tensor)
+        evict(by_tile[:, t0:t0 + m, :, k0:k0 + nk], ps.permute((0, 1, 3, 2)), evictions)
+        evictions += 1
+    return evictions
 
 
 def load_column(vector, i0, n, name):

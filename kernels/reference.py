@@ -264,6 +264,28 @@ def gdn_block_tkg_verify_ref(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weig
     return torch.cat(outs, dim=1), windows.transpose(1, 2).contiguous(), torch.stack(states, dim=1)
 
 
+def gdn_block_tkg_pool_ref(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight,
+                           conv_state_pool, A_log, dt_bias, norm_weight, recurrent_state_pool,
+                           read_indices, write_indices):
+    """The pool form: gather each live sequence's window and state from its read slot, run
+    `gdn_block_tkg_verify_ref`, scatter token t's to slot write_indices[b, t] (where >= 0).
+    Padding rows (read index -1) give zero outputs and touch no slot. Returns out and new pools
+    (copies; the arguments are not written)."""
+    B, T, _ = hidden.shape
+    read, write = read_indices.long(), write_indices.long()
+    live = read >= 0
+    rows = torch.where(live, read, torch.zeros_like(read))
+    out, windows, states = gdn_block_tkg_verify_ref(
+        hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state_pool[rows], A_log,
+        dt_bias, norm_weight, recurrent_state_pool[rows])
+    out = torch.where(live[:, None, None], out, torch.zeros_like(out))
+    conv_pool, state_pool = conv_state_pool.clone(), recurrent_state_pool.clone()
+    for b, t in (write >= 0).nonzero().tolist():
+        conv_pool[write[b, t]] = windows[b, t]
+        state_pool[write[b, t]] = states[b, t]
+    return out, conv_pool, state_pool
+
+
 # --- helpers ----------------------------------------------------------------------------------
 
 def to_torch(x):

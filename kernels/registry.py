@@ -1,5 +1,6 @@
 """Every kernel the book builds, in one list: the stages, `gdn_tkg`, the composition steps (steps 6
-and 7 also on two NeuronCores) and the verify form of the last (every token's window and state).
+and 7 also on two NeuronCores), the verify form of the last (every token's window and state) and
+its pool form (states read and written in place by slot, one core and two).
 
 Host code. The sweep, the trn runner, the tests and the book read this list instead of keeping
 their own. An entry names its kernel and its torch reference as "module:function" (imported when
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 
 from .accuracy import CONV_STATE, EXACT, OUTPUT, STATE
 from .gdn_block_checks import MAX_TOKENS
+from .pool_indices import pool_inputs
 
 # The fused kernel's arguments, in signature order.
 BLOCK_ARGS = ("hidden", "W_in_qkv", "W_in_z", "W_in_a", "W_in_b", "conv_weight", "conv_state",
@@ -26,6 +28,10 @@ BLOCK_DMA_KINDS = {"arguments": {1: "weights", 3: "weights", 4: "weights", 2: "z
 # The verify form's: every token's window and state. Past the first token a window's older columns
 # are projections too (rounded by a GEMM over B * T rows), so the windows take the output rule.
 VERIFY_OUTPUTS = (("out", OUTPUT), ("conv_states", OUTPUT), ("recurrent_states", STATE))
+# The pool form's: the states are pools, read and written in place by slot.
+POOL_ARGS = (BLOCK_ARGS[:6] + ("conv_state_pool",) + BLOCK_ARGS[7:10]
+             + ("recurrent_state_pool", "read_indices", "write_indices"))
+POOL_OUTPUTS = (("out", OUTPUT), ("conv_state_pool", OUTPUT), ("recurrent_state_pool", STATE))
 
 
 def _load(target):
@@ -58,7 +64,10 @@ class Entry:
         return _load(self.reference)
 
     def arguments(self, shape, inputs):
-        """The kernel's arguments for a `GDNShape` and its `pipeline_inputs(shape)` dict."""
+        """The kernel's arguments for a `GDNShape` and its `pipeline_inputs(shape)` dict (the pool
+        form's pools and indices from its states: pool_indices.pool_inputs)."""
+        if "read_indices" in self.args and "read_indices" not in inputs:
+            inputs = pool_inputs(inputs)
         return tuple(inputs[n] if n in inputs else getattr(shape, n) for n in self.args)
 
 
@@ -121,6 +130,12 @@ ENTRIES = _STAGE_ENTRIES + (
           "kernels.reference:gdn_block_tkg_verify_ref", BLOCK_ARGS, VERIFY_OUTPUTS,
           "the shipped kernel keeping every token's window and state: speculative decoding's "
           "verify step", max_tokens=MAX_TOKENS),
+    Entry("pool", "kernels.gdn_block:gdn_block_tkg_pool", "kernels.reference:gdn_block_tkg_pool_ref",
+          POOL_ARGS, POOL_OUTPUTS, "the shipped kernel on persistent state pools, read and "
+          "written in place by slot: the serving form", max_tokens=MAX_TOKENS),
+    Entry("pool_lnc2", "kernels.gdn_block:gdn_block_tkg_pool",
+          "kernels.reference:gdn_block_tkg_pool_ref", POOL_ARGS, POOL_OUTPUTS,
+          "the serving form on two NeuronCores", lnc=2, max_tokens=MAX_TOKENS),
 )
 BY_NAME = {e.name: e for e in ENTRIES}
 STEPS = tuple(e for e in ENTRIES if e.step is not None)

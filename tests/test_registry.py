@@ -6,7 +6,7 @@ import inspect
 import numpy as np
 import pytest
 
-from kernels import accuracy, registry
+from kernels import accuracy, check_pool_indices, registry
 from kernels.configs import GDNShape
 from kernels.gdn_block_checks import MAX_TOKENS
 from kernels.reference import (block_input_specs, block_output_specs, gdn_block_tkg_ref, pipeline_inputs,
@@ -58,14 +58,31 @@ def test_block_args_are_the_signature_order():
     assert tuple(block_output_specs(SHAPE, verify=True)) == tuple(n for n, _ in registry.VERIFY_OUTPUTS)
 
 
-TOKEN_ENTRIES = [e for e in registry.ENTRIES if e.max_tokens > 1]
+TOKEN_ENTRIES = [e for e in registry.ENTRIES if e.max_tokens > 1 and e.args == registry.BLOCK_ARGS]
+POOL_ENTRIES = [e for e in registry.ENTRIES if e.args == registry.POOL_ARGS]
 
 
-def test_the_fused_kernel_and_its_verify_form_take_tokens():
+def test_the_fused_kernel_its_verify_and_pool_forms_take_tokens():
     assert [e.name for e in TOKEN_ENTRIES] == ["7_ready_first", "7_ready_first_lnc2", "verify"]
-    assert all(e.max_tokens == MAX_TOKENS and e.args == registry.BLOCK_ARGS for e in TOKEN_ENTRIES)
+    assert [e.name for e in POOL_ENTRIES] == ["pool", "pool_lnc2"]
+    assert all(e.max_tokens == MAX_TOKENS for e in TOKEN_ENTRIES + POOL_ENTRIES)
+    assert [e.name for e in registry.ENTRIES if e.max_tokens > 1] == [
+        e.name for e in TOKEN_ENTRIES + POOL_ENTRIES]
     assert registry.BY_NAME["verify"].step is None
-    assert registry.BY_NAME["7_ready_first_lnc2"].lnc == 2
+    assert registry.BY_NAME["7_ready_first_lnc2"].lnc == 2 == registry.BY_NAME["pool_lnc2"].lnc
+
+
+@pytest.mark.parametrize("T", (1, 4))
+def test_pool_arguments_keep_the_states_at_their_slots(T):
+    """The sweep's pool rows: sequence b reads slot b of pools of B * T slots, in place."""
+    x = token_inputs(SHAPE, T)
+    args = dict(zip(registry.POOL_ARGS, POOL_ENTRIES[0].arguments(SHAPE, x)))
+    B = SHAPE.B
+    assert args["conv_state_pool"].shape[0] == args["recurrent_state_pool"].shape[0] == B * T
+    assert np.array_equal(args["recurrent_state_pool"][args["read_indices"]], x["recurrent_state"])
+    assert args["write_indices"].dtype == np.int32 and args["write_indices"].shape == (B, T)
+    assert np.array_equal(args["write_indices"][:, 0], args["read_indices"])
+    check_pool_indices(args["read_indices"], args["write_indices"], B * T)
 
 
 @pytest.mark.parametrize("entry", TOKEN_ENTRIES, ids=lambda e: e.name)

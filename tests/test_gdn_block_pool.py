@@ -1,0 +1,169 @@
+"""The pool form, `gdn_block_tkg_pool`: states read and written in place by slot.
+
+Each launch is held against `gdn_block_tkg_verify` run on copies of the rows it gathers (the same
+arithmetic: bit for bit): every live row's output, every kept checkpoint in its write slot, padding
+rows' outputs exactly 0, every other slot untouched bit for bit, the other inputs never written.
+Then the host-side index check, error by error.
+"""
+import numpy as np
+import pytest
+import torch
+
+import kernels  # noqa: F401  registers `nki`
+import nki
+from kernels import check_pool_indices, gdn_block_tkg_pool, gdn_block_tkg_verify
+from kernels.configs import GDNShape, model_shard
+from kernels.reference import token_inputs
+from tests.gdn_testing import shape_id
+
+NEXT_TP4 = model_shard("Qwen3-Next-80B", 4)
+SHARED_KEY_HEAD = model_shard("Qwen3.5-397B-A17B", 16)     # nk 1, nv 4: both programs read it
+TINY = GDNShape(B=1, H=256, nk=2, nv=6, dk=16, dv=32, name="tiny G3")
+
+
+def launch(kernel, lnc):
+    return nki.simulate(kernel[lnc] if lnc > 1 else kernel)
+
+
+def same_bits(a, b):
+    return np.array_equal(np.ascontiguousarray(a).view(np.uint8),
+                          np.ascontiguousarray(b).view(np.uint8))
+
+
+def pool_case(shape, T, N, read, write, seed=0):
+    """Inputs of a pool launch: token_inputs' for B = len(read) sequences, the live rows' windows
+    and states placed at their read slots of random pools of N slots; a padding row's hidden
+    NaN (its output must still be exactly 0)."""
+    read, write = np.asarray(read, np.int32), np.asarray(write, np.int32).reshape(len(read), T)
+    x = token_inputs(shape.with_batch(len(read)), T, seed)
+    rng = np.random.default_rng([seed, N])
+    conv = x["conv_state"]
+    conv_pool = rng.standard_normal((N,) + conv.shape[1:], dtype=np.float32).astype(conv.dtype)
+    state = x["recurrent_state"]
+    state_pool = 0.1 * rng.standard_normal((N,) + state.shape[1:], dtype=np.float32)
+    for b in np.flatnonzero(read >= 0):
+        conv_pool[read[b]] = conv[b]
+        state_pool[read[b]] = state[b]
+    for b in np.flatnonzero(read < 0):
+        x["hidden"][b] = np.nan
+    args = dict(x)
+    args["conv_state"], args["recurrent_state"] = conv_pool, state_pool
+    return x, args, read, write
+
+
+def run_pool(shape, T, N, read, write, lnc=1, seed=0):
+    """Launch the pool form and check it against the verify form on the gathered copies."""
+    x, args, read, write = pool_case(shape, T, N, read, write, seed)
+    check_pool_indices(read, write, N)
+    before = {k: np.copy(v) for k, v in args.items()}
+    conv_pool, state_pool = args["conv_state"], args["recurrent_state"]
+    out, conv_back, state_back = launch(gdn_block_tkg_pool, lnc)(*args.values(), read, write)
+    assert same_bits(conv_back, conv_pool) and same_bits(state_back, state_pool)  # returned pools
+    want_out, windows, states = launch(gdn_block_tkg_verify, lnc)(*x.values())
+    live = read >= 0
+    assert same_bits(out[live], want_out[live]), "live rows' outputs"
+    assert np.all(out[~live] == 0) and not np.signbit(out[~live].astype(np.float32)).any()
+    written = np.zeros(N, bool)
+    for b, t in np.argwhere(write >= 0):
+        assert same_bits(conv_pool[write[b, t]], windows[b, t]), f"window of ({b}, {t})"
+        assert same_bits(state_pool[write[b, t]], states[b, t]), f"state of ({b}, {t})"
+        written[write[b, t]] = True
+    assert same_bits(conv_pool[~written], before["conv_state"][~written]), "untouched windows"
+    assert same_bits(state_pool[~written], before["recurrent_state"][~written]), "untouched states"
+    for name in args:
+        if name not in ("conv_state", "recurrent_state"):
+            assert same_bits(args[name], before[name]), f"{name} was written"
+    return out
+
+
+@pytest.mark.parametrize("lnc", (1, 2))
+@pytest.mark.parametrize("shape", [TINY, NEXT_TP4], ids=shape_id)
+def test_decode_step_in_place_with_a_padding_row(shape, lnc):
+    """T = 1, each sequence writes the slot it read; row 2 is padding."""
+    run_pool(shape, 1, 8, [5, 0, -1, 3], [[5], [0], [-1], [3]], lnc)
+
+
+@pytest.mark.parametrize("lnc", (1, 2))
+@pytest.mark.parametrize("shape", [TINY, NEXT_TP4], ids=shape_id)
+def test_verify_step_keeps_every_draft_checkpoint(shape, lnc):
+    """T = 4: every token's window and state in its own slot (one not kept), a padding row."""
+    run_pool(shape, 4, 16, [2, -1, 9], [[2, 4, 6, 7], [-1, -1, -1, -1], [10, -1, 12, 13]], lnc)
+
+
+def test_shared_key_head_on_two_cores_in_place():
+    """Both programs read the one key head's window; the first writes it after a core barrier,
+    so the second reads the old window even in place."""
+    run_pool(SHARED_KEY_HEAD, 1, 4, [1, 3], [[1], [3]], lnc=2)
+    run_pool(SHARED_KEY_HEAD, 2, 6, [1, 3], [[0, 1], [2, 3]], lnc=2)
+
+
+def test_states_through_hbm_between_tokens():
+    """B = 32 at T = 2: the ring cannot hold the state between tokens, which goes through a
+    scratch tensor and is copied to the kept checkpoints' slots."""
+    B = 32
+    read = np.arange(B, dtype=np.int32) * 2
+    write = np.stack([read + 1, read], axis=1)
+    write[5, 0] = -1
+    run_pool(NEXT_TP4, 2, 2 * B, read, write)
+
+
+def test_pool_of_one_slot_and_untouched_large_pool():
+    run_pool(TINY, 1, 1, [0], [[0]])
+    run_pool(TINY, 1, 64, [40], [[7]])
+
+
+# -- bad indices: the host-side check ------------------------------------------------------------
+
+def idx(*rows):
+    return np.asarray(rows, dtype=np.int32)
+
+
+BAD = [
+    ("read_indices", ValueError, "expected -1 (a padding row) or a slot", idx(8), idx([0])),
+    ("read_indices", ValueError, "got read_indices[0] = -2", idx(-2), idx([-1])),
+    ("write_indices", ValueError, "got write_indices[1, 0] = 8", idx(0, 1), idx([0], [8])),
+    ("write_indices", ValueError, "padding row 1", idx(0, -1), idx([0], [3])),
+    ("write_indices", ValueError, "slot 4 is written more than once", idx(0, 1), idx([4], [4])),
+    ("write_indices", ValueError, "the slot sequence 1 reads", idx(0, 1), idx([1], [2])),
+    ("write_indices", ValueError, "expected shape [B, T] = [2, T >= 1]", idx(0, 1), idx([0])),
+    ("read_indices", ValueError, "expected shape [B]", idx([0, 1]), idx([0], [1])),
+]
+
+
+@pytest.mark.parametrize("arg, error, text, read, write", BAD, ids=[b[2] for b in BAD])
+def test_bad_indices_are_named(arg, error, text, read, write):
+    with pytest.raises(error, match=arg) as e:
+        check_pool_indices(read, write, 8)
+    assert text in str(e.value)
+
+
+def test_index_types_are_named():
+    with pytest.raises(TypeError, match="read_indices: expected dtype int32, got int64"):
+        check_pool_indices(np.zeros(2, np.int64), idx([0], [1]), 8)
+    with pytest.raises(TypeError, match="write_indices: expected dtype int32, got torch.int64"):
+        check_pool_indices(torch.zeros(2, dtype=torch.int32), torch.zeros((2, 1), dtype=torch.int64),
+                           8)
+    with pytest.raises(TypeError, match="read_indices: expected a NumPy or torch int32 array"):
+        check_pool_indices([0, 1], idx([0], [1]), 8)
+    with pytest.raises(TypeError, match="slots: expected an int"):
+        check_pool_indices(idx(0, 1), idx([0], [1]), 8.0)
+
+
+def test_good_indices_pass():
+    """In place, checkpoints to fresh slots, padding, an unkept draft: no error, nothing
+    returned; torch tensors too."""
+    assert check_pool_indices(idx(3, -1, 0), idx([3, 5], [-1, -1], [-1, 0]), 8) is None
+    check_pool_indices(torch.tensor([3, 0], dtype=torch.int32),
+                       torch.tensor([[3], [0]], dtype=torch.int32), 4)
+
+
+def test_kernel_names_bad_index_arguments():
+    """What the kernel can check when it is traced (shapes, dtypes) it names."""
+    x, args, read, write = pool_case(TINY, 1, 4, [0, 1], [[0], [1]])
+    with pytest.raises(AssertionError, match=r"write_indices: expected shape \[2, 1\]"):
+        launch(gdn_block_tkg_pool, 1)(*args.values(), read, write.reshape(1, 2))
+    with pytest.raises(AssertionError, match="read_indices: expected dtype int32"):
+        launch(gdn_block_tkg_pool, 1)(*args.values(), read.astype(np.int64), write)
+    args["recurrent_state"] = args["recurrent_state"][:, :4]
+    with pytest.raises(AssertionError, match="recurrent_state_pool"):
+        launch(gdn_block_tkg_pool, 1)(*args.values(), read, write)
