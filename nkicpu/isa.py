@@ -1046,7 +1046,11 @@ def _barrier(where, data, cores, engine, name):
     The programs of the launch wait for each other here (nkicpu/grid.py); the run stops checking
     accesses to `data` on either side of the barrier for races, and the barrier is recorded on
     its engine as writing `data` (it changes no element, but for the cost model's dependency rule
-    every later access to `data` on this core must wait for it and it for every earlier one)."""
+    every later access to `data` on this core must wait for it and it for every earlier one).
+
+    The NKI library also calls it with `cores=(0)` when it runs on one shard, and once with an SBUF
+    tile as `data` (LIB core/moe/moe_cte/bwmm_shard_on_I.py); the stub allows neither, and nkicpu
+    follows the stub."""
     _tensor(data, where, "data")
     eng = _engine_name(engine, where)
     run = current_run(where)
