@@ -124,7 +124,8 @@ class Turns:
         one passing the turn waits at a barrier or runs in such a thread (else the caller's thread
         starts it, in run_all)."""
         self.turn = core
-        if self.started[core] or not (suspend or threading.current_thread() is not self.caller):
+        caller_free = not suspend and threading.current_thread() is self.caller   # back to run_all, which starts it
+        if self.started[core] or caller_free:
             return
         self.started[core] = True
         context = contextvars.copy_context()    # the run is a ContextVar (nkicpu/run.py)
