@@ -6,7 +6,8 @@ SDK is absent, so kernel files written for the SDK run here unchanged:
     nki.jit(kernel)                 a kernel; called inside a running kernel, it is inlined
     nki.simulate(kernel)(*arrays)   run on NumPy arrays, return NumPy outputs (a tuple for several)
     nkicpu.capture(kernel)(*arrays) the same run, plus the instruction record for the cost model
-    kernel[2](*arrays)              an LNC launch grid: programs 0 and 1, one per physical NeuronCore
+    kernel[2](*arrays)              an LNC launch grid: programs 0 and 1, one per physical NeuronCore,
+                                    ordered by nisa.core_barrier (nki.lnc.core_barrier in NKI 0.8)
 
 Before a kernel runs, its source and that of every function it reaches is checked against the
 Python subset NKI 0.6 compiles (subset.py).
@@ -17,14 +18,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import isa, language
+from . import isa, language, lnc
 from .errors import NkiValidationError, not_modeled, rule_error
 from .memory import MemoryRegion, check_dtype
 from .run import Run, running
 from .subset import check_kernel
 from .tensor import NkiTensor
 
-__all__ = ["jit", "simulate", "capture", "Capture", "install_as_nki", "language", "isa", "NkiValidationError"]
+__all__ = ["jit", "simulate", "capture", "Capture", "install_as_nki", "language", "isa", "lnc",
+           "NkiValidationError"]
 
 
 # `nki.dtype`: the type of nl.float32, nl.bfloat16, ... (the NKI library annotates with it, e.g.
@@ -179,9 +181,8 @@ def capture(kernel):
             kw = dict(zip(kwargs, wrapped[len(args):]))
             wrapped = wrapped[:len(args)]
             inputs = [w for w in wrapped + list(kw.values()) if isinstance(w, NkiTensor)]
-            results = []
-            for core in range(r.num_programs):  # one after the other; HBM races are rejected by the run
-                r.start_program(core)
+
+            def program(core):  # one program of the grid; they run in turns (nkicpu/grid.py)
                 try:
                     result = fn(*wrapped, **kw)
                 except AttributeError as e:     # e.g. None.shape: name the argument, if it is one
@@ -189,8 +190,10 @@ def capture(kernel):
                     if named is None:
                         raise
                     raise named from e
-                results.append((isinstance(result, tuple), _outputs(fn.__name__, result, inputs)))
-            r.finish()
+                r.end_program()
+                return isinstance(result, tuple), _outputs(fn.__name__, result, inputs)
+
+            results = r.run_programs(program)
             is_tuple, outs = results[0]
             for core, (t, o) in enumerate(results[1:], 1):
                 if t != is_tuple or len(o) != len(outs) or not all(map(_same_tensor, o, outs)):
@@ -220,9 +223,10 @@ def simulate(kernel):
 
 
 def install_as_nki():
-    """Register nkicpu under the names `nki`, `nki.language` and `nki.isa`."""
+    """Register nkicpu under the names `nki`, `nki.language`, `nki.isa` and `nki.lnc`."""
     module = sys.modules[__name__]
     sys.modules["nki"] = module
     sys.modules["nki.language"] = language
     sys.modules["nki.isa"] = isa
     sys.modules["nki.isa.constants"] = isa.constants
+    sys.modules["nki.lnc"] = lnc

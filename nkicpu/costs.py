@@ -11,7 +11,7 @@ The model gives two estimates, a band:
 * `BEST`: the documented peak figures, read optimistically (LoadStationary hidden behind the
   previous matmul, DMA at 368 GB/s per core, no ScalarE table loads, no semaphore latency).
 * `LIKELY`: calibrated against public trn2 measurements (the activation-table switch, the TensorE
-  per-instruction floor, LoadStationary ~K cycles, the semaphore hand-off, the achieved DMA rate).
+  per-instruction floor, LoadStationary ~K cycles, the semaphore hand-offs, the achieved DMA rate).
 
 A row's `band` says which estimate uses it: "both", "best", "likely", or "launch" (the standalone
 launch preamble and epilogue, which a profile reports apart from the kernel's time). Each LIKELY
@@ -183,6 +183,16 @@ SEMAPHORE_US = _const(
     "wait is inside DMA_FIXED_US)", band=LIKELY,
     disagreement="the documentation gives no compute-to-compute semaphore latency; its one figure is "
                  "DMA_FIXED_US")
+CORE_BARRIER_US = _const(
+    "CORE_BARRIER_US", 0.35, "us / core_barrier round (cross-core hand-off)",
+    "estimate: a core_barrier is a remote semaphore update to the other core and a local semaphore wait "
+    "(doc: nki/api/nki/isa/__init__.py, core_barrier); no public source times one. SEMAPHORE_US measures a "
+    "hand-off between two engines of one core, not across cores. The one public cross-core figure is a "
+    f"4 KiB sendrecv transfer between the two cores of an LNC=2 launch, 354 ns end to end ({DELTANET}), "
+    "which also ends in a semaphore update on the receiving core; its 4 KiB take ~15 ns of it at "
+    "DMA_ACHIEVED_GBPS, so a hand-off without data is taken to cost about the same, 0.35 us. Charged from "
+    "the start of the last core's k-th barrier to the end of every core's k-th barrier (nkicpu/schedule.py, "
+    "rule 6)", band=LIKELY)
 
 # -- DMA ---------------------------------------------------------------------------------------
 DMA_ENGINES = _const("DMA_ENGINES", 16, "DMA engines / NeuronCore", f"{DMA_BW}, table; {DMA_OVERVIEW}")
@@ -374,8 +384,12 @@ _CYCLES = {"tensor": _tensor_cycles, "vector": _vector_cycles, "scalar": _scalar
 
 
 def engine_us(ins: Instruction, band=LIKELY):
-    """How long a compute-engine instruction keeps its engine busy, in microseconds."""
+    """How long a compute-engine instruction keeps its engine busy, in microseconds. A core_barrier:
+    the cross-core hand-off after the last core's barrier of its round has started (CORE_BARRIER_US;
+    nothing in BEST, which charges no semaphore latency); nkicpu/schedule.py holds it until then."""
     _check_band(band)
+    if ins.opcode == "core_barrier":
+        return CORE_BARRIER_US if band == LIKELY else 0.0
     us = _CYCLES[ins.engine](ins, band) / (_GHZ[ins.engine] * 1e3)
     if ins.engine == "tensor" and band == LIKELY:
         return max(us, TENSOR_FLOOR_US)
@@ -383,8 +397,9 @@ def engine_us(ins: Instruction, band=LIKELY):
 
 
 def act_table(ins: Instruction):
-    """The ScalarE function table an instruction needs (see ACT_TABLES), or None off ScalarE."""
-    if ins.engine != "scalar":
+    """The ScalarE function table an instruction needs (see ACT_TABLES), or None off ScalarE (and for
+    a core_barrier on ScalarE, which computes nothing)."""
+    if ins.engine != "scalar" or ins.opcode == "core_barrier":
         return None
     function = ins.args["op"] if ins.opcode == "activation" else "copy"
     return ACT_TABLES.get(function, function)

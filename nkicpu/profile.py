@@ -155,6 +155,8 @@ def _work_event(slot):
 
 def _event(ins, slot):
     args = {"index": ins.index, "opcode": ins.opcode, "ready_us": slot.ready_us, "deps": list(slot.deps)}
+    if ins.opcode == "core_barrier":
+        args["barrier_round"] = ins.args["round"]       # the k-th barrier of every core ends together
     if slot.transfer:
         t = slot.transfer
         read, written = costs.hbm_bytes(ins)
@@ -229,18 +231,33 @@ def critical_path(p, eps=1e-9):
     """The likely timeline's critical path as (event, part, µs) steps, earliest first. From the
     event that ends last, each step goes back to what the event waited for last: the event that
     ended as it started on its own lane, or its producer whose end (plus a hand-off from another
-    lane) set its start. The wait between the two is a DMA's latency or a hand-off."""
+    lane) set its start. The wait between the two is a DMA's latency or a hand-off. A core_barrier
+    is a hand-off: one that waited for another core's barrier of its round counts from that
+    barrier's start (the hand-off), and the path goes on from there."""
     lanes = {}
     for e in p.events:
         lanes.setdefault(e["lane"], []).append(e)
     ahead = {id(e): f for lane in lanes.values() for e in lane for f in lane
              if f is not e and f["dur_us"] > 0 and abs(event_end(f) - e["start_us"]) < eps}
-    steps, e = [], max(p.events, key=event_end)
+    rounds = {}
+    for e in p.events:
+        if "barrier_round" in e["args"]:
+            rounds.setdefault(e["args"]["barrier_round"], []).append(e)
+    steps, e, entered = [], max(p.events, key=event_end), False
     while e is not None:
         a, dma = e["args"], is_dma_lane(e["lane"])
-        part = ("moving" if dma else "tables" if e["name"].startswith("ACT_TABLE_LOAD")
-                else _ENGINE_OF[split_core(e["lane"])[1]])
-        steps.append((e, PATH_PARTS[part], e["dur_us"]))
+        if "barrier_round" in a and not entered:          # a barrier: from the last of its round to start
+            last = max(rounds[a["barrier_round"]], key=lambda f: f["start_us"])
+            if last["start_us"] > e["start_us"] + eps:
+                steps.append((e, PATH_PARTS["handoffs"], event_end(e) - last["start_us"]))
+                e, entered = last, True           # on from when that barrier started
+                continue
+            steps.append((e, PATH_PARTS["handoffs"], e["dur_us"]))
+        elif not entered:
+            part = ("moving" if dma else "tables" if e["name"].startswith("ACT_TABLE_LOAD")
+                    else _ENGINE_OF[split_core(e["lane"])[1]])
+            steps.append((e, PATH_PARTS[part], e["dur_us"]))
+        entered = False
         producers = [p.events[d] for d in a["deps"]]
         if id(e) in ahead and (not producers or e["start_us"] > a["ready_us"] + a.get("latency_us", 0) + eps):
             e = ahead[id(e)]                                   # it waited for its lane
@@ -382,7 +399,7 @@ def lower_bounds(capture, band=costs.LIKELY):
             busy = sum(alone[k] for k in on)
             unseen = 0.0
             if name == "ScalarE" and band == costs.LIKELY:
-                unseen = len({costs.act_table(ins[k]) for k in on}) * costs.ACT_TABLE_SWITCH_US
+                unseen = len({costs.act_table(ins[k]) for k in on} - {None}) * costs.ACT_TABLE_SWITCH_US
             if name == "GpSimd":
                 unseen = sum(dma_trigger(ins[k]) == "gpsimd" for k in dma) * costs.SWDGE_GPSIMD_US
             engine = max(engine, busy + unseen)
@@ -450,7 +467,8 @@ def shared_writes(capture, tensor):
     ids = {alloc for alloc, info in capture.allocations.items() if info.name == tensor}
     if len(ids) != 1:
         raise ValueError(f"shared_writes: expected one tensor named {tensor!r}, got {len(ids)}")
-    return _touched_by_several([(i.core, a) for i in capture.instructions for a in i.writes if a.alloc in ids])
+    return _touched_by_several([(i.core, a) for i in capture.instructions for a in i.writes
+                                if a.alloc in ids and i.opcode != "core_barrier"])   # a barrier writes nothing
 
 
 # -- what each DMA of a capture carries, for a timeline's colours (`plot_timeline(dma_kinds=...)`) --

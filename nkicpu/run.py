@@ -1,21 +1,27 @@
 """One kernel run: its allocations, capacity accounting, engine registers and instruction record.
 
-A launch grid `kernel[n]` runs its programs here one after the other, each as one physical
-NeuronCore with its own SBUF/PSUM accounting and ScalarE registers; they share only HBM. On
-hardware the programs run at the same time, and nkicpu does not model the barriers that could order
-them, so the run rejects a read of an HBM element another program wrote (unless the reader wrote it
-too) and a write that changes the bits of an element another program wrote or read. A duplicate
-write of the same bits is harmless: below its sharding threshold the NKI library's rmsnorm_tkg lets
-both cores of an LNC=2 launch write the whole output (LIB core/subkernels/rmsnorm_tkg.py).
+A launch grid `kernel[n]` runs its programs here in turns (nkicpu/grid.py), each as one physical
+NeuronCore with its own SBUF/PSUM accounting and ScalarE/VectorE registers; they share only HBM.
+Without a core_barrier a program runs to its end before the next starts; `nisa.core_barrier`
+(`nki.lnc.core_barrier`) orders them: program 0 runs to its k-th barrier, then program 1 to its
+k-th, and only then does either continue. On hardware the programs run at the same time, so the run
+rejects a read of an HBM element another program wrote (unless the reader wrote it too) and a write
+that changes the bits of an element another program wrote or read, unless a barrier on that element
+lies between the two accesses: when every program has reached its k-th barrier, the run forgets who
+touched the elements every program's barrier names (`data`), since what each program did to them
+before the barrier is ordered before what any program does after it. A duplicate write of the same
+bits is harmless: below its sharding threshold the NKI library's rmsnorm_tkg lets both cores of an
+LNC=2 launch write the whole output (LIB core/subkernels/rmsnorm_tkg.py).
 """
 import itertools
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from .errors import rule_error
+from .grid import Turns
 from .memory import PMAX, Accounting, Allocation, MemoryRegion, dtype_name
 from .record import AllocationInfo, Instruction
 
@@ -23,27 +29,43 @@ from .record import AllocationInfo, Instruction
 _active = ContextVar("nkicpu_run", default=None)
 
 
+@dataclass
+class _Program:
+    """What each program of a grid (each physical core) has of its own in a run."""
+    accounting: Accounting
+    # ScalarE's 128 per-lane fp32 reduce registers; unset until a reduce_cmd resets them.
+    scalar_reduce_regs: np.ndarray = field(default_factory=lambda: np.full(PMAX, np.nan, dtype=np.float32))
+    # VectorE's per-lane fp32 accumulators (tensor_scalar_reduce, range_select); unset likewise.
+    vector_reduce_regs: np.ndarray = field(default_factory=lambda: np.full(PMAX, np.nan, dtype=np.float32))
+    shared_used: int = 0           # how many of program 0's shared_hbm allocations it has allocated again
+
+
 class Run:
     def __init__(self, programs=None):
         self.programs = programs       # n of a launch grid kernel[n]; None without a grid
-        self.accountings = [Accounting() for _ in range(self.num_programs)]
+        self._program = [_Program(Accounting()) for _ in range(self.num_programs)]
         self.instructions = []
         self.allocations = {}          # id -> AllocationInfo of the kernel's own tensors
         self.arguments = {}            # position (or keyword) -> id of a NumPy kernel argument
         self._ids = itertools.count(1)  # allocation ids: every run numbers its own from 1
-        self.core = 0                  # the program (physical core) now running
-        self.accounting = self.accountings[0]
-        # ScalarE's 128 per-lane fp32 reduce registers; unset until a reduce_cmd resets them.
-        self.scalar_reduce_regs = np.full(PMAX, np.nan, dtype=np.float32)
-        # VectorE's per-lane fp32 accumulators (tensor_scalar_reduce, range_select); unset likewise.
-        self.vector_reduce_regs = np.full(PMAX, np.nan, dtype=np.float32)
+        self.core = 0                  # the program (physical core) now running: selects its state below
         self._shared = []              # grid: program 0's shared_hbm allocations, in allocation order
-        self._shared_used = 0          # how many of them the running program has allocated again
         self._hbm_use = {}             # grid: alloc id -> _HbmUse of a shared HBM allocation
+        self._turns = None             # grid: the programs' turns (grid.Turns) while they run
+        self._barrier_data = []        # grid: the `data` access of each program's barrier of this round
 
     @property
     def num_programs(self):
         return self.programs or 1
+
+    # The running program's own state.
+    accounting = property(lambda self: self._program[self.core].accounting)
+    scalar_reduce_regs = property(lambda self: self._program[self.core].scalar_reduce_regs)
+    vector_reduce_regs = property(lambda self: self._program[self.core].vector_reduce_regs)
+
+    @property
+    def accountings(self):
+        return [p.accounting for p in self._program]
 
     def __enter__(self):
         if _active.get() is not None:
@@ -56,21 +78,47 @@ class Run:
         _active.reset(self._token)
 
     # -- programs of a launch grid -------------------------------------------------------------
-    def start_program(self, core):
-        """Switch to program `core`: its own on-chip accounting and ScalarE registers."""
-        self.finish()
-        self.core = core
-        self.accounting = self.accountings[core]
-        self.scalar_reduce_regs = np.full(PMAX, np.nan, dtype=np.float32)
-        self.vector_reduce_regs = np.full(PMAX, np.nan, dtype=np.float32)
-        self._shared_used = 0
+    def run_programs(self, body):
+        """Run `body(core)` for every program, in turns (grid.Turns); their results by program id."""
+        self._turns = Turns(self, body)
+        try:
+            return self._turns.run_all()
+        finally:
+            self._turns = None
 
-    def finish(self):
-        """End the running program: a program after 0 must have made all of program 0's shared_hbm allocations."""
-        if self.core and self._shared_used != len(self._shared):
+    def end_program(self):
+        """The running program ended: after 0, it must have made all of program 0's shared_hbm allocations."""
+        used = self._program[self.core].shared_used
+        if self.core and used != len(self._shared):
             raise rule_error("lnc-shared-hbm", f"program {self.core}",
-                             f"allocated {self._shared_used} nl.shared_hbm tensor(s), program 0 allocated "
+                             f"allocated {used} nl.shared_hbm tensor(s), program 0 allocated "
                              f"{len(self._shared)}: every program of a launch grid must run the same control flow")
+
+    def core_barrier(self, data, engine, name):
+        """The running program calls core_barrier on HBM access `data`: record it on `engine`, then
+        wait (grid.Turns) until every program has reached its barrier of the same round."""
+        k = self._turns.reached[self.core] + 1
+        ins = Instruction(index=len(self.instructions), engine=engine, opcode="core_barrier", reads=[],
+                          writes=[data], args={"round": k, "cores": (0, 1), "name": name}, core=self.core)
+        self.instructions.append(ins)  # not a race: it changes no element (see _check_races)
+        self._barrier_data.append(data)
+        self._turns.barrier(self.core)
+        return ins
+
+    def pass_barrier(self):
+        """Every program has reached its barrier of this round: accesses before it are ordered
+        before accesses after it, on the elements every program's barrier names."""
+        accesses, self._barrier_data = self._barrier_data, []
+        for alloc in {a.alloc for a in accesses}:
+            use = self._hbm_use[alloc]
+            ordered = np.ones(use.data.size, dtype=bool)
+            for a in accesses:
+                named = np.zeros(use.data.size, dtype=bool)
+                if a.alloc == alloc:
+                    _elements(named, a)[...] = True
+                ordered &= named
+            use.writers[ordered] = 0
+            use.readers[ordered] = 0
 
     # -- allocation ----------------------------------------------------------------------------
     def allocate(self, shape, dtype, buffer, name):
@@ -95,7 +143,8 @@ class Run:
         return alloc
 
     def _shared_again(self, shape, dtype, name):
-        k = self._shared_used
+        program = self._program[self.core]
+        k = program.shared_used
         where = f"nl.ndarray({name or 'unnamed'}) in program {self.core}"
         if k == len(self._shared):
             raise rule_error("lnc-shared-hbm", where, f"is nl.shared_hbm allocation #{k}, but program 0 made only "
@@ -106,7 +155,7 @@ class Run:
             raise rule_error("lnc-shared-hbm", where,
                              f"nl.shared_hbm allocation #{k} is {list(shape)} {dtype_name(dtype)}, but program 0's is "
                              f"{list(alloc.shape)} {dtype_name(alloc.dtype)}; it is the same storage in every program")
-        self._shared_used += 1
+        program.shared_used += 1
         return alloc
 
     def track(self, alloc):
@@ -147,7 +196,8 @@ class Run:
                     raise rule_error("lnc-race", f"nisa.{ins.opcode} in program {self.core}",
                                      f"{'changes' if writes else 'reads'} {int(bad.sum())} element(s) of {use.name} "
                                      f"that program {other} {did}; the programs of a launch grid run at the same time "
-                                     f"on hardware and nkicpu does not model the barriers that would order them")
+                                     f"on hardware, and only a core_barrier on {use.name} between the two accesses "
+                                     f"orders them")
             if writes:
                 w |= mine
                 old[...] = new

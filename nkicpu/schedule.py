@@ -1,6 +1,6 @@
 """When each recorded instruction runs on a trn2 NeuronCore: a small event-driven simulation.
 
-The model, in five rules:
+The model, in six rules:
 
 1. Queues. Each compute engine (TensorE, VectorE, ScalarE, GpSimd) runs its instructions one at a
    time, in program order. A DMA goes to the queue of its trigger and descriptor generation
@@ -38,6 +38,12 @@ The model, in five rules:
 5. Cores. With an LNC launch grid every instruction carries its physical core. Each core has its
    own engines, DMA queues, DMA bandwidth (its own 16 DMA engines) and on-chip memory, and lanes
    are named per core ("c1 VectorE") when there is more than one.
+6. Barriers. A `core_barrier` takes its place in its engine's queue like any instruction. It is
+   recorded as writing its `data`, so by rule 2 it waits for its core's earlier accesses to `data`
+   and its core's later accesses wait for it; accesses of the other cores neither wait for it nor
+   it for them. The k-th barrier of every core ends when the last of them has started, plus the
+   cross-core semaphore hand-off (`costs.CORE_BARRIER_US`, LIKELY): an early core's barrier keeps
+   its engine busy until then, and blocks no other engine.
 
 `schedule(..., band=...)` runs the rules with the constants of one estimate (`costs.BEST` or
 `costs.LIKELY`).
@@ -314,17 +320,30 @@ def dependencies(instructions, shapes=None, regions=None):
     """
     shapes = shapes or {}
     footprints = {}
+    barriers = {}      # (core, allocation id) -> _Entry of that core's barriers on it (rule 6)
     reuse = _Reuse(regions or {})
     result = []
     for ins, lane in zip(instructions, lanes(instructions)):
         accesses = [(a, False) for a in ins.reads] + [(a, True) for a in ins.writes]
         boxes = [_box(a, shapes.get(a.alloc)) for a, _ in accesses]
         deps = set(ins.depends_on)
+        barrier = ins.opcode == "core_barrier"
         for (a, is_write), box in zip(accesses, boxes):
             if a.alloc in footprints:
-                deps |= footprints[a.alloc].conflicts(a, box, is_write)
+                found = footprints[a.alloc].conflicts(a, box, is_write)
+                if barrier:    # a barrier orders only its own core's accesses
+                    found = {d for d in found if instructions[d].core == ins.core}
+                deps |= found
+            lo, hi, exact = box
+            deps.update(e.index for e in barriers.get((ins.core, a.alloc), ())
+                        if e.meets(lo, hi) and (exact and e.exact or _overlap(a, e.access)))
             deps.update(reuse.waits(ins.index, ins.core, lane, a.alloc))
         for (a, is_write), box in zip(accesses, boxes):
+            if barrier:        # kept apart: another core's accesses never meet it
+                lo, hi, exact = box
+                kept = barriers.setdefault((ins.core, a.alloc), [])
+                kept[:] = [e for e in kept if not (exact and e.inside(lo, hi))] + [_Entry(ins.index, a, lo, hi, exact)]
+                continue
             if a.alloc not in footprints:
                 footprints[a.alloc] = _Footprints(shapes.get(a.alloc))
             footprints[a.alloc].add(ins.index, a, box, is_write)
@@ -377,6 +396,21 @@ class _Simulation:
         self.timers = []                                 # heap of (time, order, kind, node)
         self.order = itertools.count()
         self.now = 0.0
+        self.barrier_round = self._barrier_rounds()      # barrier -> its round: every core's k-th barrier
+
+    def _barrier_rounds(self):
+        """Rule 6: the k-th core_barrier of every core, for each of a core's barriers."""
+        mine = defaultdict(list)
+        for i, ins in enumerate(self.ins):
+            if ins.opcode == "core_barrier":
+                mine[ins.core].append(i)
+        if not mine:
+            return {}
+        counts = [len(mine[core]) for core in range(core_count(self.ins))]
+        if len(set(counts)) > 1:
+            raise ValueError(f"nkicpu.schedule: core_barrier calls per core (from core 0): {counts}; every core "
+                             f"of a launch grid must call it as often")
+        return {i: group for group in zip(*mine.values()) for i in group}
 
     def _program_order(self, edges):
         """All nodes in program order, each instruction after the unseen work done for it."""
@@ -443,7 +477,10 @@ class _Simulation:
                 i = queue.popleft()
                 self.busy[lane] = True
                 self.start[i] = self.now
-                self._timer(self.now + self._duration(i), "end", i)
+                group = self.barrier_round.get(i, (i,))
+                if all(self.start[j] is not None for j in group):   # a barrier ends with its round's last start
+                    for j in group:
+                        self._timer(self.now + self._duration(j), "end", j)
 
     def _advance(self):
         """Move time to the next event: a timer, or the first moving transfer to finish."""

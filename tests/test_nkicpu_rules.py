@@ -502,8 +502,9 @@ def enforced_rules():
 
 def test_every_enforced_rule_has_a_case():
     covered = {c[0] for c in CASES} | {"output-shared-hbm", "kernel-arguments"}   # these two are tested below
-    # Launch-grid and nki.jit rules need a grid or a decorator around the kernel: tests/test_nkicpu_api.py.
-    covered |= {"lnc-grid", "lnc-race", "lnc-shared-hbm", "lnc-outputs", "jit-options"}
+    # Launch-grid and nki.jit rules need a grid or a decorator around the kernel: tests/test_nkicpu_api.py,
+    # and for core_barrier tests/test_nkicpu_core_barrier.py.
+    covered |= {"lnc-grid", "lnc-race", "lnc-shared-hbm", "lnc-outputs", "jit-options", "lnc-barrier"}
     covered |= {c[0] for c in SUBSET_CASES}   # the Python-subset rules: tests/test_nkicpu_subset.py
     covered |= {c[0] for c in ISA_API_CASES}  # the rules of the instructions outside isa.py: tests/test_nkicpu_isa_api.py
     assert enforced_rules() <= covered, f"rules without a test: {sorted(enforced_rules() - covered)}"
@@ -675,7 +676,8 @@ UNMODELED = [
     ("unary nl wrapper call", lambda: nl.exp(sb(4, 4))),
     ("nisa instruction", lambda: nisa.nc_match_replace8),
     ("nl name", lambda: nl.fori_loop),
-    ("core_barrier", lambda: nisa.core_barrier(data=hbm(4, 4), cores=(0, 1))),
+    ("sendrecv", lambda: nisa.sendrecv(src=sb(4, 4), dst=sb(4, 4), send_to_rank=1, recv_from_rank=1, pipe_id=0)),
+    ("nki.lnc.sendrecv", lambda: nki.lnc.sendrecv),
 ]
 
 

@@ -1,0 +1,26 @@
+"""`nki.lnc` on the CPU: NKI 0.8's module for what passes between the two physical NeuronCores of
+an LNC=2 launch (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/nki.lnc.html).
+
+NKI 0.8 moved `nki.isa.core_barrier` and `nki.isa.sendrecv` here and kept the `nki.isa` names as
+deprecated wrappers. nkicpu models NKI 0.7, where `nki.isa.core_barrier` is the documented name, so
+both names run the same barrier (`nkicpu.isa._barrier`) and neither warns. Only core_barrier is
+here: sendrecv and sendrecv_compute exchange SBUF data between the cores, which nkicpu does not
+model.
+"""
+from .errors import not_modeled
+from .isa import _barrier
+from .isa import engine as _engine
+
+__all__ = ["core_barrier"]
+
+
+def core_barrier(data, cores, engine=_engine.gpsimd, name=None):
+    """Wait until both programs of an LNC=2 launch have reached this barrier (the signature of
+    https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.lnc.core_barrier.html)."""
+    return _barrier("nki.lnc.core_barrier", data, cores, engine, name)
+
+
+def __getattr__(attr):
+    if attr.startswith("__"):
+        raise AttributeError(f"module 'nki.lnc' has no attribute {attr!r}")  # hasattr() probes
+    raise not_modeled(f"nki.lnc.{attr}")
