@@ -86,8 +86,9 @@ def core_count(instructions):
 def dma_trigger(ins):
     """The engine a kernel chose to trigger a DMA ("sync", "scalar", "gpsimd"), or None when the
     compiler picks it: `engine=` of a `dge_mode=hwdge` DMA, GpSimd for `dge_mode=swdge` (it writes
-    the descriptors; doc: nki/deep-dives/nki-dge.rst)."""
-    mode = ins.args.get("dge_mode", "unknown")
+    the descriptors; doc: nki/deep-dives/nki-dge.rst), which a vector_offset DMA at dge_mode unknown
+    gets too (`costs.dge_mode`)."""
+    mode = costs.dge_mode(ins)
     if mode == "swdge":
         return "gpsimd"
     trigger = ins.args.get("trigger", "unknown")
@@ -391,7 +392,7 @@ class _Simulation:
                 if self.band == costs.LIKELY and loaded.get(lane) != table:
                     extra.append((lane, f"ACT_TABLE_LOAD {table}", costs.ACT_TABLE_SWITCH_US, []))
                 loaded[lane] = table
-            if ins.engine == "dma" and ins.args.get("dge_mode") == "swdge":
+            if ins.engine == "dma" and costs.dge_mode(ins) == "swdge":
                 extra.append((lane_name(ins.core, "GpSimd", cores), "SWDGE descriptors", costs.SWDGE_GPSIMD_US, []))
             if ins.engine == "dma" and dma_trigger(ins) == "scalar":   # in ScalarE's stream, after its producers
                 extra.append((lane_name(ins.core, "ScalarE", cores), "DMA trigger", 0.0, list(edges[i])))
