@@ -20,7 +20,10 @@ The model, in five rules:
    share a storage element of the same allocation; and an on-chip allocation that takes memory an
    earlier, freed allocation had (`memory.Allocation.region`) waits, on every lane, for the last
    accesses to the old one, so the memory a kernel reuses bounds how far ahead it can load.
-   Explicit `depends_on` edges count too.
+   Explicit `depends_on` edges count too. An indirect access (a gather or scatter by
+   `scalar_offset` / `vector_offset`) touches rows the compiler cannot see, so it conflicts with
+   every access of its allocation on its core when either of the two writes; across the cores of a
+   grid it adds no such waits (their streams are separate).
 3. Compute engines. An instruction starts when its engine is free and its producers have ended
    (in the LIKELY estimate, `SEMAPHORE_US` later for a producer on another engine or DMA queue),
    and keeps the engine busy for `costs.engine_us(ins)`. Work the record does not show as
@@ -302,6 +305,31 @@ class _Reuse:
         return before
 
 
+class _Dynamic:
+    """One HBM allocation's accesses on one core since its last indirect write, for the waits of
+    indirect accesses (rule 2). An indirect write waits for all of them, and every later access
+    that conflicts with an earlier one conflicts with the indirect write too, so the list restarts
+    there."""
+
+    def __init__(self):
+        self.reads, self.writes = [], []   # every access since the last indirect write (it included)
+        self.dynamic_reads, self.dynamic_write = [], None
+
+    def waits(self, dynamic, is_write):
+        if dynamic:
+            return self.reads + self.writes if is_write else list(self.writes)
+        before = [] if self.dynamic_write is None else [self.dynamic_write]
+        return before + self.dynamic_reads if is_write else before
+
+    def add(self, index, dynamic, is_write):
+        if dynamic and is_write:
+            self.reads, self.writes, self.dynamic_reads, self.dynamic_write = [], [index], [], index
+            return
+        (self.writes if is_write else self.reads).append(index)
+        if dynamic:
+            self.dynamic_reads.append(index)
+
+
 def dependencies(instructions, shapes=None, regions=None):
     """For each instruction, the sorted indices of the earlier instructions it must wait for.
 
@@ -316,16 +344,26 @@ def dependencies(instructions, shapes=None, regions=None):
     shapes = shapes or {}
     footprints = {}
     reuse = _Reuse(regions or {})
+    # Indirect accesses (rule 2): only the allocations they touch keep per-core lists of accesses.
+    indexed = {a.alloc for ins in instructions for a in ins.reads + ins.writes if a.dynamic is not None}
+    dynamic = {}                                 # (allocation, core) -> _Dynamic
     result = []
     for ins, lane in zip(instructions, lanes(instructions)):
         accesses = [(a, False) for a in ins.reads] + [(a, True) for a in ins.writes]
-        boxes = [_box(a, shapes.get(a.alloc)) for a, _ in accesses]
+        boxes = [None if a.dynamic is not None else _box(a, shapes.get(a.alloc)) for a, _ in accesses]
         deps = set(ins.depends_on)
         for (a, is_write), box in zip(accesses, boxes):
-            if a.alloc in footprints:
+            if a.alloc in indexed:
+                state = dynamic.setdefault((a.alloc, ins.core), _Dynamic())
+                deps.update(state.waits(box is None, is_write))
+            if box is not None and a.alloc in footprints:
                 deps |= footprints[a.alloc].conflicts(a, box, is_write)
             deps.update(reuse.waits(ins.index, ins.core, lane, a.alloc))
         for (a, is_write), box in zip(accesses, boxes):
+            if a.alloc in indexed:
+                dynamic[a.alloc, ins.core].add(ins.index, box is None, is_write)
+            if box is None:                      # its pattern is not where it went: no footprint
+                continue
             if a.alloc not in footprints:
                 footprints[a.alloc] = _Footprints(shapes.get(a.alloc))
             footprints[a.alloc].add(ins.index, a, box, is_write)
