@@ -20,7 +20,8 @@ transfer for a given dynamic address or index when it is out of bound using oob_
 (SDK isa stub, dma_copy): under `error` nkicpu raises `errors.DmaIndexError`; under `skip` a
 scalar-offset DMA with a bad index moves nothing, and a vector-offset DMA skips the partitions whose
 index is bad (their gathered dst partitions keep their contents; their scattered rows are not
-written). The NKI library skips that way: padding tokens' expert weights by scalar_offset (LIB
+written). Two partitions of a vector scatter with one row: nkicpu keeps the later partition's data
+(no page says which the hardware keeps). The NKI library skips that way: padding tokens' expert weights by scalar_offset (LIB
 core/moe/moe_cte/bwmm_shard_on_block.py) and invalid batches' KV rows by vector_offset
 (attention_block_tkg.py, "skip writes for invalid batch (position_id = uint32_max)").
 

@@ -192,7 +192,10 @@ def _engine_access_pattern(t, where, arg):
 
 
 def _dst(t, where):
-    if any(s == 0 and n > 1 for s, n in zip(t.strides, t.shape)):
+    steps = list(zip(t.strides, t.shape))
+    if t.is_indirect() and t._indirect.vector:   # its partition step is ignored: each partition has its row
+        steps = steps[1:]
+    if any(s == 0 and n > 1 for s, n in steps):
         raise rule_error("dst-broadcast", where, f"dst {t!r} has a stride-0 (broadcast) dim; it must address distinct elements")
     return t
 

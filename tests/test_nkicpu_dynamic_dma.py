@@ -116,6 +116,22 @@ def test_vector_offset_scatter_writes_one_row_per_partition():
     assert_bits_equal(run_scatter_vector(pool.copy(), rows, slots), want)
 
 
+def test_the_partition_step_of_a_vector_offset_dst_is_ignored():
+    """nki-aps.rst: "the stride specified in the leading dimension of the pattern in the .ap() is currently
+    ignored" (the NKI library writes 1 there, experimental/transformer/attention_block_tkg.py); 0 is no
+    broadcast dst."""
+    @nki.jit
+    def k(pool, rows, slots):
+        nisa.dma_copy(dst=pool.ap([[0, 2], [1, F]], 0, vector_offset=index_tile(slots, 2), indirect_dim=0),
+                      src=load(rows))
+        return pool
+
+    pool, rows = pool_values(), rand((2, F), seed=2)
+    want = pool.copy()
+    want[[5, 2]] = rows
+    assert_bits_equal(nki.simulate(k)(pool.copy(), rows, np.array([[5], [2]], I32)), want)
+
+
 def test_a_scatter_into_an_argument_updates_the_callers_array_and_only_its_rows():
     """nkicpu writes kernel-modified arguments back (as the SDK simulator does); the rows the scatter
     does not write keep their exact bits (-0.0 and a NaN payload included)."""
