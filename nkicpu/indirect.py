@@ -115,18 +115,18 @@ def resolve(view, where, arg, skip):
 def _out_of_range(view, where, arg, value, partition):
     ind = view._indirect
     kind = "scalar_offset" if partition is None else f"vector_offset partition {partition}"
-    size = view._alloc.data.size
-    if ind.valid is None:
-        valid = f"no index is valid: at every row the pattern leaves the tensor's {size} elements"
-    elif ind.valid == (0, ind.rows - 1):
-        valid = f"valid indices are 0..{ind.rows - 1}"
+    tensor = f"dim {ind.dim} of {ind.name}{list(ind.base_shape)} ({ind.rows} rows) at {kind}"
+    leaves = (f"the pattern {view.get_pattern()} from element {view.offset} leaves the tensor's "
+              f"{view._alloc.data.size} elements")
+    valid = "no index is valid" if ind.valid is None else f"valid indices are {ind.valid[0]}..{ind.valid[1]}"
+    if 0 <= value < ind.rows:
+        what = f"is inside {tensor}, but there {leaves}; {valid}"
     else:
-        valid = (f"valid indices are {ind.valid[0]}..{ind.valid[1]}: at other rows the pattern "
-                 f"{view.get_pattern()} from element {view.offset} leaves the tensor's {size} elements")
+        narrower = ind.valid != (0, ind.rows - 1)
+        what = f"is outside {tensor}; {valid}" + (f" (at other rows {leaves})" if narrower else "")
     return DmaIndexError(
-        f"{where}: {arg} index {value} is outside dim {ind.dim} of {ind.name}{list(ind.base_shape)} ({ind.rows} rows) "
-        f"at {kind}; {valid} (oob_mode=error, the default, raises at run time; oob_mode=oob_mode.skip skips "
-        f"{'the partition' if partition is not None else 'the transfer'})",
+        f"{where}: {arg} index {value} {what} (oob_mode=error, the default, raises at run time; "
+        f"oob_mode=oob_mode.skip skips {'the partition' if partition is not None else 'the transfer'})",
         where, arg, value, partition, ind.valid)
 
 

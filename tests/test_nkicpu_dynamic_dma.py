@@ -230,7 +230,7 @@ def test_skip_on_a_dma_without_a_dynamic_index_changes_nothing():
 
 # -- oob_mode=error: DmaIndexError ------------------------------------------------------------
 
-def _expect(call, arg, index, partition, valid="0..7"):
+def _expect(call, arg, index, partition, where="outside"):
     with pytest.raises(DmaIndexError) as info:
         call()
     e = info.value
@@ -238,8 +238,8 @@ def _expect(call, arg, index, partition, valid="0..7"):
     assert (e.instruction, e.argument, e.index, e.partition) == ("nisa.dma_copy", arg, index, partition)
     message = str(e)
     at = "scalar_offset" if partition is None else f"vector_offset partition {partition}"
-    assert message.startswith(f"nisa.dma_copy: {arg} index {index} is outside dim 0 of arg0[{N}, {F}] ({N} rows) "
-                              f"at {at}; valid indices are {valid}"), message
+    assert message.startswith(f"nisa.dma_copy: {arg} index {index} is {where} dim 0 of arg0[{N}, {F}] ({N} rows) "
+                              f"at {at}"), message
     assert "oob_mode=error" in message
     return message
 
@@ -247,7 +247,8 @@ def _expect(call, arg, index, partition, valid="0..7"):
 @pytest.mark.parametrize("bad", [-1, N])
 def test_error_names_the_scalar_index(bad):
     pool, one = pool_values(), rand((1, F))
-    _expect(lambda: run_scatter_scalar(pool.copy(), one, bad), "dst", bad, None)
+    message = _expect(lambda: run_scatter_scalar(pool.copy(), one, bad), "dst", bad, None)
+    assert "; valid indices are 0..7 (oob_mode=error" in message
     _expect(lambda: run_gather_scalar(pool, one, bad), "src", bad, None)
 
 
@@ -260,8 +261,11 @@ def test_error_names_the_vector_index_and_its_partition(bad):
 
 def test_error_names_the_rows_at_which_the_pattern_fits():
     pool = pool_values()
-    message = _expect(lambda: run_gather_scalar(pool, rand((2, F)), N - 1), "src", N - 1, None, valid="0..6")
-    assert f"the pattern [[{F}, 2], [1, {F}]] from element 0 leaves the tensor's {N * F} elements" in message
+    message = _expect(lambda: run_gather_scalar(pool, rand((2, F)), N - 1), "src", N - 1, None, where="inside")
+    assert (f"but there the pattern [[{F}, 2], [1, {F}]] from element 0 leaves the tensor's {N * F} elements; "
+            f"valid indices are 0..6") in message
+    message = _expect(lambda: run_gather_scalar(pool, rand((2, F)), N), "src", N, None)
+    assert "valid indices are 0..6 (at other rows the pattern" in message
 
 
 def test_error_leaves_the_callers_array_alone():
