@@ -472,9 +472,20 @@ def _descriptor_work(descriptors, moved, band):
     return moved + (descriptors * DMA_DESCRIPTOR_OVERHEAD_BYTES if band == LIKELY else 0)
 
 
+def dge_mode(ins: Instruction):
+    """The DGE mode a DMA runs with: its `dge_mode`, except that a vector_offset (gather / scatter) DMA
+    left at unknown runs with swdge: "If you specify dge_mode=unknown (the default) with
+    vector_offset, the compiler will automatically select swdge" (SDK nki/deep-dives/nki-dge.rst,
+    'How .ap() Affects DGE Mode')."""
+    mode = ins.args.get("dge_mode", "unknown")
+    if mode == "unknown" and any(a.dynamic == "vector" for a in ins.reads + ins.writes):
+        return "swdge"
+    return mode
+
+
 def dge_latency_us(ins: Instruction, band=LIKELY):
     """The descriptor-generation latency a DMA pays before its transfer (see DGE_ISSUE_US)."""
-    mode = ins.args.get("dge_mode", "unknown")
+    mode = dge_mode(ins)
     return DGE_ISSUE_US if mode == "hwdge" or (mode == "unknown" and band == LIKELY) else 0.0
 
 

@@ -10,6 +10,20 @@ class NkiValidationError(Exception):
     """A kernel broke a documented NKI / trn2 hardware rule."""
 
 
+class DmaIndexError(IndexError):
+    """A DMA's dynamic index (`.ap(scalar_offset=...)` / `vector_offset=`) is out of range under
+    `oob_mode=error`, the default: "out-of-bound address checking is turned on automatically during
+    execution. By default a runtime error is raised" (SDK isa stub, dma_copy). An IndexError, so code
+    that catches IndexError still does. `instruction`, `argument` ("src" / "dst"), `index`,
+    `partition` (vector_offset; None for scalar_offset) and `valid` (first, last valid index, or None
+    when none is) say which index failed."""
+
+    def __init__(self, message, instruction, argument, index, partition, valid):
+        super().__init__(message)
+        self.instruction, self.argument, self.index, self.partition, self.valid = (
+            instruction, argument, index, partition, valid)
+
+
 class ActivationRangeWarning(UserWarning):
     """A ScalarE function got an input outside its documented valid range: the engine extrapolates
     its polynomial there, so the result is not the function's value. This project's tests turn it

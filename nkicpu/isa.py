@@ -11,11 +11,12 @@ from types import ModuleType
 
 import numpy as np
 
+from . import indirect
 from .errors import ActivationRangeWarning, NkiValidationError, not_modeled, rule_error
 from .language import tile_size as TILE  # nl.tile_size, not shadowed by nc_matmul(tile_size=)
 from .memory import DTYPES, PMAX, PSUM_BANK_BYTES, dtype_name, is_float, is_hbm, is_psum, is_sbuf
 from .ops import Op
-from .record import access_of
+from .record import Access, access_of
 from .run import current_run
 from .tensor import NkiTensor
 
@@ -191,7 +192,10 @@ def _engine_access_pattern(t, where, arg):
 
 
 def _dst(t, where):
-    if any(s == 0 and n > 1 for s, n in zip(t.strides, t.shape)):
+    steps = list(zip(t.strides, t.shape))
+    if t.is_indirect() and t._indirect.vector:   # its partition step is ignored: each partition has its row
+        steps = steps[1:]
+    if any(s == 0 and n > 1 for s, n in steps):
         raise rule_error("dst-broadcast", where, f"dst {t!r} has a stride-0 (broadcast) dim; it must address distinct elements")
     return t
 
@@ -329,9 +333,14 @@ def _apply(op, x, operand, reverse):
 
 
 def _record(opcode, eng, reads, writes, **args):
-    ins = current_run(f"nisa.{opcode}").record(eng, opcode, [access_of(t) for t in reads],
-                                               [access_of(t) for t in writes], **args)
+    """Record an instruction; its reads and writes are tensor views, or Accesses already made."""
+    ins = current_run(f"nisa.{opcode}").record(eng, opcode, [_access(t) for t in reads],
+                                               [_access(t) for t in writes], **args)
     return NkiInstruction(ins)
+
+
+def _access(t):
+    return t if isinstance(t, Access) else access_of(t)
 
 
 # -- data movement ----------------------------------------------------------------------------
@@ -346,8 +355,6 @@ def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode
         raise rule_error("dma-psum", where, "dma_copy moves data between SBUF and HBM; dst is in PSUM")
     for value, arg in ((oob_mode, "oob_mode"), (dge_mode, "dge_mode"), (engine, "engine")):
         _enum(value, arg, where)
-    if oob_mode.name != "error":
-        raise not_modeled("dma_copy oob_mode other than error")
     if priority is not None:
         raise not_modeled("dma_copy priority= (a NeuronCore-v4 DMA QoS level; nkicpu models trn2)")
     if dge_mode.name == "hwdge" and dst.dtype != src.dtype:
@@ -356,10 +363,12 @@ def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode
         raise rule_error("dma-engine", where, "engine= selects the trigger engine of a hwdge DMA only")
     if engine.name not in ("unknown", "sync", "scalar"):
         raise rule_error("dma-engine", where, f"a hwdge DMA is triggered by engine.sync or engine.scalar, got engine.{engine.name}")
-    indexed = [t for t in (dst, src) if t.is_indirect()]
-    if indexed and dge_mode.name == "hwdge":
-        raise rule_error("indirect-dge", where, "a gather needs software DGE (the dma_copy docs), not hwdge; use "
-                                                "dge_mode=swdge (GpSimd generates the descriptors) or unknown")
+    indexed = [(t, arg) for t, arg in ((dst, "dst"), (src, "src")) if t.is_indirect()]
+    if len(indexed) == 2:
+        raise not_modeled("a dma_copy with an indirect access pattern on both src and dst (the dma_copy docs "
+                          "describe a gather, an indirect src, and a scatter, an indirect dst, not both at once)")
+    if indexed:
+        _indirect_dge(indexed[0][0], dge_mode, where)
     if dst.size != src.size:
         raise rule_error("dma-size", where, f"dst has {dst.size} elements ({list(dst.shape)}), src {src.size} ({list(src.shape)})")
     # neuronx-cc rejects a DMA between SBUF and a view whose dim 0 differs from the SBUF side's
@@ -372,15 +381,52 @@ def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode
                          f"{src.shape[0]} ({list(src.shape)} in {src.buffer.name}); with an on-chip side both must "
                          f"have its partition count in dim 0 (reshape the HBM view first)")
     _dst(dst, where)
-    values = src.numpy().reshape(-1)
-    if dst.dtype == src.dtype:
-        _write(dst, values, cast=False)
-    else:
-        _write(dst, np.asarray(values, dtype=F32))
-    # An indirect access reads its index tile when the DMA runs: the DMA waits for it.
-    index_tiles = [t._indirect.index for t in indexed]
-    return _record("dma_copy", "dma", [src] + index_tiles, [dst], dge_mode=dge_mode.name, trigger=engine.name,
+    # oob_mode=skip skips "the DMA transfer for a given dynamic address or index when it is out of
+    # bound" (dma_copy docs): a DMA without an indirect access has no dynamic index, so there it changes
+    # nothing. The docs do not forbid it, so nkicpu accepts it (the NKI library passes skip or error
+    # per call, LIB core/moe/moe_cte/bwmm_shard_on_block.py).
+    if not indexed:
+        values = src.numpy().reshape(-1)
+        if dst.dtype == src.dtype:
+            _write(dst, values, cast=False)
+        else:
+            _write(dst, np.asarray(values, dtype=F32))
+        return _record("dma_copy", "dma", [src], [dst], dge_mode=dge_mode.name, trigger=engine.name,
+                       priority=priority, name=name)
+    # A gather (indirect src) or scatter (indirect dst): element k of src goes to element k of dst, at
+    # the rows the index tile holds when the DMA runs; under oob_mode=skip the skipped ones stay as they were.
+    view, arg = indexed[0]
+    at, keep, moved = indirect.resolve(view, where, arg, skip=oob_mode.name == "skip")
+    src_at = at if view is src else src.flat_indices().reshape(-1)
+    dst_at = at if view is dst else dst.flat_indices().reshape(-1)
+    if keep is not None:
+        src_at, dst_at = src_at[keep], dst_at[keep]
+    values = src._alloc.data[src_at]
+    dst._alloc.data[dst_at] = values if dst.dtype == src.dtype else _cast(np.asarray(values, dtype=F32), dst.dtype)
+    # The DMA reads its index tile when it runs: it waits for it.
+    reads = [access_of(src, moved) if view is src else src, view._indirect.index]
+    writes = [access_of(dst, moved) if view is dst else dst]
+    return _record("dma_copy", "dma", reads, writes, dge_mode=dge_mode.name, trigger=engine.name,
                    priority=priority, name=name)
+
+
+def _indirect_dge(view, mode, where):
+    """The DGE modes an indirect access takes (SDK nki/deep-dives/nki-dge.rst, 'How .ap() Affects DGE
+    Mode': scalar_offset any mode, vector_offset unknown or swdge, and "If you specify
+    dge_mode=unknown (the default) with vector_offset, the compiler will automatically select swdge").
+    That table's "any mode" for scalar_offset includes none, but none's descriptors are written by the
+    runtime before the kernel runs and "Cannot handle dynamic (runtime-computed) addresses" (same page,
+    'none'), and the dma_copy docs give dynamic start addresses to sw_dge and hw_dge only ("When either
+    sw_dge or hw_dge mode is used, the src and dst tensors can have a dynamic start address"): nkicpu
+    refuses none."""
+    if view._indirect.vector and mode.name not in ("unknown", "swdge"):
+        raise rule_error("indirect-dge", where, f"a vector_offset (gather / scatter) DMA needs software DGE: "
+                                                f"dge_mode=swdge, or unknown (the compiler then picks swdge), "
+                                                f"not {mode.name}")
+    if mode.name == "none":
+        raise rule_error("indirect-dge", where, "a dynamic start address (scalar_offset) needs descriptors "
+                                                "generated when the DMA runs: dge_mode hwdge, swdge or unknown, "
+                                                "not none (the runtime writes those before the kernel runs)")
 
 
 def tensor_copy(dst, src, engine=engine.unknown, name=None):
@@ -991,7 +1037,10 @@ def dma_transpose(dst, src, axes=None, priority=None, dge_mode=dge_mode.unknown,
     if not is_sbuf(dst.buffer) or is_psum(src.buffer):
         raise rule_error("dma-transpose-buffers", where, f"transposes HBM or SBUF into SBUF, got "
                                                          f"{src.buffer.name} -> {dst.buffer.name}")
-    # nkicpu has no indirect (vector_offset) src, the only form that takes swdge or oob_mode=skip.
+    if src.is_indirect() or dst.is_indirect():
+        raise not_modeled("dma_transpose of an indirect access pattern (an indirect transpose, with its own "
+                          "software-DGE rules in nki/deep-dives/nki-dge.rst)")
+    # nkicpu has no indirect transpose, the only form that takes swdge or oob_mode=skip.
     if dge_mode.name not in ("unknown", "hwdge") or oob_mode.name != "error":
         raise rule_error("dma-transpose-mode", where, f"a direct transpose takes dge_mode unknown or hwdge and "
                                                       f"oob_mode error, got {dge_mode.name} and {oob_mode.name}")

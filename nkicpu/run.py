@@ -203,6 +203,12 @@ class Run:
                 old[...] = new
             else:
                 r |= mine
+            if access.dynamic is not None:   # _elements gave copies: store them back
+                at = access.indices()
+                if writes:
+                    use.writers[at], use.shadow[at] = w, old
+                else:
+                    use.readers[at] = r
 
 
 @dataclass
@@ -216,7 +222,10 @@ class _HbmUse:
 
 
 def _elements(array, access):
-    """A view of `array` (one entry per storage element) over the elements an access touches."""
+    """A view of `array` (one entry per storage element) over the elements an access touches; for an
+    indirect access, a copy of the elements it moved in this run (`record.Access.indices`)."""
+    if access.dynamic is not None:
+        return array[access.indices()]
     counts = [n for _, n in access.pattern]
     strides = [s * array.itemsize for s, _ in access.pattern]
     return as_strided(array[access.offset:], shape=counts, strides=strides)

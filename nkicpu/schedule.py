@@ -20,7 +20,10 @@ The model, in six rules:
    share a storage element of the same allocation; and an on-chip allocation that takes memory an
    earlier, freed allocation had (`memory.Allocation.region`) waits, on every lane, for the last
    accesses to the old one, so the memory a kernel reuses bounds how far ahead it can load.
-   Explicit `depends_on` edges count too.
+   Explicit `depends_on` edges count too. An indirect access (a gather or scatter by
+   `scalar_offset` / `vector_offset`) touches rows the compiler cannot see, so it conflicts with
+   every access of its allocation on its core when either of the two writes; across the cores of a
+   grid it adds no such waits (their streams are separate).
 3. Compute engines. An instruction starts when its engine is free and its producers have ended
    (in the LIKELY estimate, `SEMAPHORE_US` later for a producer on another engine or DMA queue),
    and keeps the engine busy for `costs.engine_us(ins)`. Work the record does not show as
@@ -92,8 +95,9 @@ def core_count(instructions):
 def dma_trigger(ins):
     """The engine a kernel chose to trigger a DMA ("sync", "scalar", "gpsimd"), or None when the
     compiler picks it: `engine=` of a `dge_mode=hwdge` DMA, GpSimd for `dge_mode=swdge` (it writes
-    the descriptors; doc: nki/deep-dives/nki-dge.rst)."""
-    mode = ins.args.get("dge_mode", "unknown")
+    the descriptors; doc: nki/deep-dives/nki-dge.rst), which a vector_offset DMA at dge_mode unknown
+    gets too (`costs.dge_mode`)."""
+    mode = costs.dge_mode(ins)
     if mode == "swdge":
         return "gpsimd"
     trigger = ins.args.get("trigger", "unknown")
@@ -307,6 +311,31 @@ class _Reuse:
         return before
 
 
+class _Dynamic:
+    """One HBM allocation's accesses on one core since its last indirect write, for the waits of
+    indirect accesses (rule 2). An indirect write waits for all of them, and every later access
+    that conflicts with an earlier one conflicts with the indirect write too, so the list restarts
+    there."""
+
+    def __init__(self):
+        self.reads, self.writes = [], []   # every access since the last indirect write (it included)
+        self.dynamic_reads, self.dynamic_write = [], None
+
+    def waits(self, dynamic, is_write):
+        if dynamic:
+            return self.reads + self.writes if is_write else list(self.writes)
+        before = [] if self.dynamic_write is None else [self.dynamic_write]
+        return before + self.dynamic_reads if is_write else before
+
+    def add(self, index, dynamic, is_write):
+        if dynamic and is_write:
+            self.reads, self.writes, self.dynamic_reads, self.dynamic_write = [], [index], [], index
+            return
+        (self.writes if is_write else self.reads).append(index)
+        if dynamic:
+            self.dynamic_reads.append(index)
+
+
 def dependencies(instructions, shapes=None, regions=None):
     """For each instruction, the sorted indices of the earlier instructions it must wait for.
 
@@ -322,23 +351,34 @@ def dependencies(instructions, shapes=None, regions=None):
     footprints = {}
     barriers = {}      # (core, allocation id) -> _Entry of that core's barriers on it (rule 6)
     reuse = _Reuse(regions or {})
+    # Indirect accesses (rule 2): only the allocations they touch keep per-core lists of accesses.
+    indexed = {a.alloc for ins in instructions for a in ins.reads + ins.writes if a.dynamic is not None}
+    dynamic = {}                                 # (allocation, core) -> _Dynamic
     result = []
     for ins, lane in zip(instructions, lanes(instructions)):
         accesses = [(a, False) for a in ins.reads] + [(a, True) for a in ins.writes]
-        boxes = [_box(a, shapes.get(a.alloc)) for a, _ in accesses]
+        boxes = [None if a.dynamic is not None else _box(a, shapes.get(a.alloc)) for a, _ in accesses]
         deps = set(ins.depends_on)
         barrier = ins.opcode == "core_barrier"
         for (a, is_write), box in zip(accesses, boxes):
-            if a.alloc in footprints:
-                found = footprints[a.alloc].conflicts(a, box, is_write)
-                if barrier:    # a barrier orders only its own core's accesses
-                    found = {d for d in found if instructions[d].core == ins.core}
-                deps |= found
-            lo, hi, exact = box
-            deps.update(e.index for e in barriers.get((ins.core, a.alloc), ())
-                        if e.meets(lo, hi) and (exact and e.exact or _overlap(a, e.access)))
+            if a.alloc in indexed:
+                state = dynamic.setdefault((a.alloc, ins.core), _Dynamic())
+                deps.update(state.waits(box is None, is_write))
+            if box is not None:
+                if a.alloc in footprints:
+                    found = footprints[a.alloc].conflicts(a, box, is_write)
+                    if barrier:    # a barrier orders only its own core's accesses
+                        found = {d for d in found if instructions[d].core == ins.core}
+                    deps |= found
+                lo, hi, exact = box
+                deps.update(e.index for e in barriers.get((ins.core, a.alloc), ())
+                            if e.meets(lo, hi) and (exact and e.exact or _overlap(a, e.access)))
             deps.update(reuse.waits(ins.index, ins.core, lane, a.alloc))
         for (a, is_write), box in zip(accesses, boxes):
+            if a.alloc in indexed:
+                dynamic[a.alloc, ins.core].add(ins.index, box is None, is_write)
+            if box is None:                      # its pattern is not where it went: no footprint
+                continue
             if barrier:        # kept apart: another core's accesses never meet it
                 lo, hi, exact = box
                 kept = barriers.setdefault((ins.core, a.alloc), [])
@@ -425,7 +465,7 @@ class _Simulation:
                 if self.band == costs.LIKELY and loaded.get(lane) != table:
                     extra.append((lane, f"ACT_TABLE_LOAD {table}", costs.ACT_TABLE_SWITCH_US, []))
                 loaded[lane] = table
-            if ins.engine == "dma" and ins.args.get("dge_mode") == "swdge":
+            if ins.engine == "dma" and costs.dge_mode(ins) == "swdge":
                 extra.append((lane_name(ins.core, "GpSimd", cores), "SWDGE descriptors", costs.SWDGE_GPSIMD_US, []))
             if ins.engine == "dma" and dma_trigger(ins) == "scalar":   # in ScalarE's stream, after its producers
                 extra.append((lane_name(ins.core, "ScalarE", cores), "DMA trigger", 0.0, list(edges[i])))

@@ -83,7 +83,8 @@ class NkiTensor:
 
     # -- NumPy access (nkicpu internal) -----------------------------------------------------
     def numpy(self):
-        """A writeable NumPy view of exactly the elements this tensor addresses."""
+        """A writeable NumPy view of exactly the elements this tensor addresses (of an indirect view:
+        a read-only copy of the elements at the rows its index tile holds now)."""
         base = self._alloc.data
         if self._indirect is not None:
             return base[self.flat_indices()].view(indirect.Gathered)
@@ -91,13 +92,20 @@ class NkiTensor:
         return as_strided(base[self.offset:], shape=self.shape, strides=[s * item for s in self.strides])
 
     def flat_indices(self):
-        """Storage element index of every element of the view, in view order."""
+        """Storage element index of every element of the view, in view order (of an indirect view: at
+        the rows its index tile holds now; an index out of range raises errors.DmaIndexError)."""
+        if self._indirect is not None:
+            return indirect.resolve(self, f"{self.name}.ap view", "the view", skip=False)[0].reshape(self.shape)
+        return self.static_indices()
+
+    def static_indices(self):
+        """Storage element index of every element of the view's pattern (offset + steps), in view order."""
         idx = np.full(self.shape, self.offset, dtype=np.int64)
         for d, (n, s) in enumerate(zip(self.shape, self.strides)):
             shape = [1] * self.ndim
             shape[d] = n
             idx = idx + (np.arange(n, dtype=np.int64) * s).reshape(shape)
-        return idx if self._indirect is None else indirect.flat_indices(self, idx)
+        return idx
 
     # -- indexing ---------------------------------------------------------------------------
     def __getitem__(self, key):
@@ -251,6 +259,8 @@ class NkiTensor:
         return self._view(shape, new_strides)
 
     def ap(self, pattern, offset=None, scalar_offset=None, vector_offset=None, indirect_dim=0, dtype=None):
+        if self._indirect is not None:   # "Only one dynamic select is allowed per view" (nki-aps.rst)
+            raise not_modeled(".ap() of an indirect access pattern; call .ap() on the tensor itself")
         if dtype is not None and np.dtype(dtype) != self.dtype:
             raise not_modeled("dtype reinterpretation in .ap()")
         pattern = [list(p) for p in pattern]
@@ -262,7 +272,7 @@ class NkiTensor:
         base = self.offset if offset is None else self.offset + int(offset)
         if scalar_offset is not None or vector_offset is not None:
             view = NkiTensor(self._alloc, [n for _, n in pattern], [s for s, _ in pattern], base)
-            view._indirect = indirect.make(self, pattern, scalar_offset, vector_offset, indirect_dim)
+            view._indirect = indirect.make(self, pattern, base, scalar_offset, vector_offset, indirect_dim)
             return view
         if self._on_chip:
             row = self._alloc.row_elems

@@ -403,9 +403,12 @@ CASES = [
      lambda: _gather(sb(4, 1))),
     ("indirect-index", r"vector_offset must be \[4, 1\]",
      lambda: _gather(sb(2, 1, dtype=nl.int32))),
-    ("indirect-dge", r"a gather needs software DGE",
+    ("indirect-dge", r"a vector_offset \(gather / scatter\) DMA needs software DGE: .*not hwdge",
      lambda: nisa.dma_copy(dst=sb(4, 4), src=hbm(8, 4).ap([[4, 4], [1, 4]], vector_offset=sb(4, 1, dtype=nl.int32)),
                            dge_mode=nisa.dge_mode.hwdge)),
+    ("indirect-dge", r"a dynamic start address \(scalar_offset\) needs .*not none",
+     lambda: nisa.dma_copy(dst=sb(4, 4), src=hbm(8, 4).ap([[4, 4], [1, 4]], scalar_offset=sb(1, 1, dtype=nl.int32)),
+                           dge_mode=nisa.dge_mode.none)),
 ]
 
 

@@ -650,19 +650,28 @@ def _select_dynamic():
     t.select(1, sb(1, 1, dtype=nl.int32))
 
 
-def _scatter():
+def _gather_and_scatter():
     idx = sb(4, 1, dtype=nl.int32)
     nisa.memset(dst=idx, value=0)
-    nisa.dma_copy(dst=hbm(4, 4).ap([[4, 4], [1, 4]], vector_offset=idx), src=sb(4, 4))
+    nisa.dma_copy(dst=hbm(4, 4).ap([[4, 4], [1, 4]], vector_offset=idx), src=hbm(4, 4).ap([[4, 4], [1, 4]],
+                                                                                         vector_offset=idx))
+
+
+def _indirect_transpose():
+    idx = sb(1, 1, dtype=nl.int32)
+    nisa.memset(dst=idx, value=0)
+    nisa.dma_transpose(dst=sb(4, 16), src=hbm(16, 4).ap([[4, 16], [1, 4]], scalar_offset=idx))
 
 
 UNMODELED = [
     ("is_transpose accumulate", lambda: mm(dst=ps(8, 32), s=sb(32, 8), m=sb(32, 32), is_transpose=True, accumulate=True)),
     ("perf_mode", lambda: mm(perf_mode=nisa.matmul_perf_mode.double_row)),
-    ("oob_mode", lambda: nisa.dma_copy(dst=sb(4, 4), src=hbm(4, 4), oob_mode=nisa.oob_mode.skip)),
     ("priority", lambda: nisa.dma_copy(dst=sb(4, 4), src=hbm(4, 4), priority=0)),
     ("address", lambda: nl.ndarray((4, 4), nl.float32, address=(0, 0))),
-    ("indirect dst", _scatter),
+    ("indirect src and dst", _gather_and_scatter),
+    ("indirect transpose", _indirect_transpose),
+    ("ap of an indirect view", lambda: hbm(8, 4).ap([[4, 4], [1, 4]], scalar_offset=sb(1, 1, dtype=nl.int32))
+                                                .ap([[4, 4], [1, 4]])),
     ("ap dtype", lambda: sb(4, 4).ap([[4, 4], [1, 4]], dtype=nl.int32)),
     ("view", lambda: sb(4, 4).view(nl.int32)),
     ("rearrange", lambda: sb(4, 6).rearrange(("p", ("a", "b")), ("p", "b", "a"), {"a": 2})),
