@@ -170,7 +170,7 @@ def load_windows(conv_weight, conv_state, c0, P, nt, tokens=1, slots=None):
     one per chunk."""
     B, _, K = conv_state.shape
     if slots is not None:
-        B = slots.read_rows.shape[0]
+        B = slots.read.shape[1]
     loaded = []
     for t0, n in window_chunks(nt, B * tokens, K):
         a, z = c0 + t0 * P, c0 + (t0 + n) * P
@@ -181,7 +181,7 @@ def load_windows(conv_weight, conv_state, c0, P, nt, tokens=1, slots=None):
         if slots is None:
             load_channel_major(state, conv_state[:, a:z, :])
         else:
-            gather_channel_major(state, conv_state, a, slots.read_rows)
+            gather_channel_major(state, conv_state, a, slots.read_rows, slots.read)
         loaded.append((a, w, state))
     return loaded
 
@@ -224,13 +224,20 @@ def store_windows(new_conv_state, windows, queue=None, slots=None):
             for s in range(last + 1):
                 for j in range(len(runs)):
                     t0, n = runs[j]
-                    scatter_rows(new_conv_state, a + t0 * P, slots.write_rows[:, s:s + 1],
-                                 window[:, t0:t0 + n, :, s:s + K])
+                    scatter_rows(new_conv_state, a + t0 * P, _column(slots.write_rows, s),
+                                 slots.write[:, :, s], window[:, t0:t0 + n, :, s:s + K])
         elif len(new_conv_state.shape) == 3:
             store_rows(new_conv_state[:, a:a + nt * P, :], window[:, :, :, last:last + K], queue)
         else:
             for s in range(last + 1):
                 store_rows(new_conv_state[:, s, a:a + nt * P, :], window[:, :, :, s:s + K], queue)
+
+
+def _column(t, s):
+    """Column s of a [B, T] tile as [B, 1], or None for None."""
+    if t is None:
+        return None
+    return t[:, s:s + 1]
 
 
 def _owned_runs(a, nt, P, slots):
@@ -302,7 +309,7 @@ def conv_groups(new_conv_state, groups, conv_weight, conv_state, loaded=None, qu
     both reads before its owner's write (the pool may be updated in place)."""
     T = groups[0][1].shape[2] // conv_state.shape[0]
     if slots is not None:
-        T = slots.write_rows.shape[1]
+        T = slots.write.shape[2]
     windows = []
     for i in range(len(groups)):
         dst, x, c0 = groups[i]

@@ -87,25 +87,35 @@ def load_channel_major(dst, src):
         evictions = _rows_in(dst, rows, r0, J, evictions)
 
 
-def gather_channel_major(dst, pool, c0, index):
-    """load_channel_major of rows picked when the DMA runs: dst [P, nt, R, K] @ SBUF takes
-    pool[index[r], c0 + t * P + p, k] (pool [N, C', K] @ HBM; index [R, 1] int32 @ SBUF).
+def gather_channel_major(dst, pool, c0, rows, offsets):
+    """load_channel_major of rows picked when the DMAs run: dst [P, nt, R, K] @ SBUF takes
+    pool[slot r, c0 + t * P + p, k] (pool [N, C', K] @ HBM), slot r given twice: rows [R, 1] and
+    offsets [1, R] int32 @ SBUF.
 
-    One row per partition (a vector_offset DMA per 128 rows, on the software DGE, as the dma_copy
-    docs require for it); a row whose index is out of range is skipped (oob_mode.skip): its
-    columns of dst are undefined. Then load_channel_major's transposes."""
+    One sequence (R = 1): its row in load_channel_major's J pieces by one scalar_offset DMA.
+    Several: one row per partition by a vector_offset DMA per 128 rows (the software DGE, which
+    the dma_copy docs require for it; rows may be None where R = 1). An out-of-range slot is
+    skipped (oob_mode.skip): its columns of dst are undefined. Then load_channel_major's
+    transposes."""
     P, nt, R, K = dst.shape
     C = nt * P
     row = pool.shape[1] * pool.shape[2]
     evictions = 0
     for r0 in range(0, R, nl.tile_size.pmax):
         rr = min(nl.tile_size.pmax, R - r0)
-        tdt = _transpose_dtype(pool.dtype, rr)
-        rows = nl.ndarray((rr, C * K), tdt, buffer=nl.sbuf, name="rows_in")
-        nisa.dma_copy(dst=rows, src=pool.ap([[row, rr], [1, C * K]], offset=c0 * K,
-                                            vector_offset=index[r0:r0 + rr], indirect_dim=0),
-                      oob_mode=nisa.oob_mode.skip)
-        evictions = _rows_in(dst, rows.reshape((rr, C, K)), r0, 1, evictions)
+        J = 1
+        if rr == 1:
+            J = _pieces(1, nt, P * K * _itemsize(pool.dtype))
+        tdt = _transpose_dtype(pool.dtype, rr * J)
+        staged = nl.ndarray((rr * J, C * K // J), tdt, buffer=nl.sbuf, name="rows_in")
+        if rr == 1:
+            src = pool.ap([[C * K // J, J], [1, C * K // J]], offset=c0 * K,
+                          scalar_offset=offsets[0:1, r0:r0 + 1], indirect_dim=0)
+        else:
+            src = pool.ap([[row, rr], [1, C * K]], offset=c0 * K,
+                          vector_offset=rows[r0:r0 + rr], indirect_dim=0)
+        nisa.dma_copy(dst=staged, src=src, oob_mode=nisa.oob_mode.skip)
+        evictions = _rows_in(dst, staged.reshape((rr * J, C // J, K)), r0, J, evictions)
 
 
 def _rows_in(dst, rows, r0, J, evictions):
@@ -189,22 +199,33 @@ def store_rows(dst, src, queue=None):
                           dge_mode=nisa.dge_mode.hwdge, engine=queue)
 
 
-def scatter_rows(pool, c0, index, src):
-    """store_rows to rows picked when the DMA runs: pool[index[r], c0 + t * P + p, k] (pool [N,
-    C', K] @ HBM; index [R, 1] int32 @ SBUF) takes src[p, t, r, k] (src [P, nt, R, K] @ SBUF).
+def scatter_rows(pool, c0, rows, offsets, src):
+    """store_rows to rows picked when the DMAs run: pool[slot r, c0 + t * P + p, k] (pool [N, C',
+    K] @ HBM) takes src[p, t, r, k] (src [P, nt, R, K] @ SBUF), slot r given as in
+    gather_channel_major (rows [R, 1], offsets [1, R]).
 
-    store_rows' transposes, then one row per partition (a vector_offset DMA per 128 rows, on the
-    software DGE); a row whose index is out of range is not written (oob_mode.skip)."""
+    store_rows' transposes, then one sequence's row in J pieces by a scalar_offset DMA, or one row
+    per partition by a vector_offset DMA per 128 rows; an out-of-range slot is not written
+    (oob_mode.skip)."""
     P, nt, R, K = src.shape
+    C = nt * P
     row = pool.shape[1] * pool.shape[2]
     evictions = 0
     for r0 in range(0, R, nl.tile_size.pmax):
         rr = min(nl.tile_size.pmax, R - r0)
-        rows = nl.ndarray((rr, nt * P, K), pool.dtype, buffer=nl.sbuf, name="rows_out")
-        evictions = _rows_out(rows, src, r0, 1, evictions)
-        nisa.dma_copy(dst=pool.ap([[row, rr], [1, nt * P * K]], offset=c0 * K,
-                                  vector_offset=index[r0:r0 + rr], indirect_dim=0),
-                      src=rows.reshape((rr, nt * P * K)), oob_mode=nisa.oob_mode.skip)
+        J = 1
+        if rr == 1:
+            J = _pieces(1, nt, P * K * _itemsize(pool.dtype))
+        staged = nl.ndarray((rr * J, C // J, K), pool.dtype, buffer=nl.sbuf, name="rows_out")
+        evictions = _rows_out(staged, src, r0, J, evictions)
+        if rr == 1:
+            dst = pool.ap([[C * K // J, J], [1, C * K // J]], offset=c0 * K,
+                          scalar_offset=offsets[0:1, r0:r0 + 1], indirect_dim=0)
+        else:
+            dst = pool.ap([[row, rr], [1, C * K]], offset=c0 * K,
+                          vector_offset=rows[r0:r0 + rr], indirect_dim=0)
+        nisa.dma_copy(dst=dst, src=staged.reshape((rr * J, C * K // J)),
+                      oob_mode=nisa.oob_mode.skip)
 
 
 def _rows_out(rows, src, r0, J, evictions):

@@ -27,7 +27,8 @@ class Slots(nl.NKIObject):
         read, write: [1, B] and [1, B, T] int32 @ SBUF, the scalar offsets of each sequence's
             read slot and of its tokens' write slots (a negative index made N).
         read_rows, write_rows: [B, 1] and [B, T] int32 @ SBUF, the same as vector offsets, one
-            sequence per partition.
+            sequence per partition (None where B = 1: one sequence's window moves by scalar
+            offsets, layout.gather_channel_major).
         live: [dv, B] uint8 @ SBUF, 1 where the row is a sequence (read index >= 0), for the
             select that zeroes a padding row's output.
         key_dim: channels of q (and of k) in a window row.
@@ -43,8 +44,10 @@ class Slots(nl.NKIObject):
         self.N = N
         self.read = _offsets((1, B), read_indices.reshape((1, B)), N, "read")
         self.write = _offsets((1, B, T), write_indices.reshape((1, B, T)), N, "write")
-        self.read_rows = _offsets((B, 1), read_indices.reshape((B, 1)), N, "read_rows")
-        self.write_rows = _offsets((B, T), write_indices, N, "write_rows")
+        self.read_rows, self.write_rows = None, None
+        if B > 1:
+            self.read_rows = _offsets((B, 1), read_indices.reshape((B, 1)), N, "read_rows")
+            self.write_rows = _offsets((B, T), write_indices, N, "write_rows")
         idx = nl.ndarray((p.dv, B), nl.int32, name="read_bcast")
         nisa.dma_copy(idx, read_indices.ap([[0, p.dv], [1, B]], offset=0))   # dv copies of the row
         self.live = nl.ndarray((p.dv, B), nl.uint8, name="live")

@@ -22,8 +22,12 @@ The model, in six rules:
    accesses to the old one, so the memory a kernel reuses bounds how far ahead it can load.
    Explicit `depends_on` edges count too. An indirect access (a gather or scatter by
    `scalar_offset` / `vector_offset`) touches rows the compiler cannot see, so it conflicts with
-   every access of its allocation on its core when either of the two writes; across the cores of a
-   grid it adds no such waits (their streams are separate).
+   every access of its allocation on its core when either of the two writes, except another
+   indirect write: a scatter waits for every earlier read of its tensor and a gather for every
+   earlier write, but two scatters are not ordered (an assumption: no public page says whether
+   the compiler orders them; ordering them would serialize every scatter of a launch, and the
+   kernels here never scatter to one row twice in a launch, kernels.check_pool_indices). Across
+   the cores of a grid it adds no such waits (their streams are separate).
 3. Compute engines. An instruction starts when its engine is free and its producers have ended
    (in the LIKELY estimate, `SEMAPHORE_US` later for a producer on another engine or DMA queue),
    and keeps the engine busy for `costs.engine_us(ins)`. Work the record does not show as
@@ -312,28 +316,22 @@ class _Reuse:
 
 
 class _Dynamic:
-    """One HBM allocation's accesses on one core since its last indirect write, for the waits of
-    indirect accesses (rule 2). An indirect write waits for all of them, and every later access
-    that conflicts with an earlier one conflicts with the indirect write too, so the list restarts
-    there."""
+    """One HBM allocation's accesses on one core, for the waits of indirect accesses (rule 2): a
+    read waits for every earlier write it may meet, a write for every earlier access it may meet,
+    where an indirect access may meet any access of the allocation; two indirect writes wait for
+    no each other (rule 2)."""
 
     def __init__(self):
-        self.reads, self.writes = [], []   # every access since the last indirect write (it included)
-        self.dynamic_reads, self.dynamic_write = [], None
+        self.reads, self.writes = [], []   # (index, indirect) of every access so far
 
     def waits(self, dynamic, is_write):
-        if dynamic:
-            return self.reads + self.writes if is_write else list(self.writes)
-        before = [] if self.dynamic_write is None else [self.dynamic_write]
-        return before + self.dynamic_reads if is_write else before
+        found = [i for i, d in self.writes if (dynamic or d) and not (dynamic and d and is_write)]
+        if is_write:
+            found += [i for i, d in self.reads if dynamic or d]
+        return found
 
     def add(self, index, dynamic, is_write):
-        if dynamic and is_write:
-            self.reads, self.writes, self.dynamic_reads, self.dynamic_write = [], [index], [], index
-            return
-        (self.writes if is_write else self.reads).append(index)
-        if dynamic:
-            self.dynamic_reads.append(index)
+        (self.writes if is_write else self.reads).append((index, dynamic))
 
 
 def dependencies(instructions, shapes=None, regions=None):

@@ -163,7 +163,7 @@ def test_kernel_names_bad_index_arguments():
     with pytest.raises(AssertionError, match=r"write_indices: expected shape \[2, 1\]"):
         launch(gdn_block_tkg_pool, 1)(*args.values(), read, write.reshape(1, 2))
     with pytest.raises(AssertionError, match="read_indices: expected dtype int32"):
-        launch(gdn_block_tkg_pool, 1)(*args.values(), read.astype(np.int64), write)
-    args["recurrent_state"] = args["recurrent_state"][:, :4]
-    with pytest.raises(AssertionError, match="recurrent_state_pool"):
+        launch(gdn_block_tkg_pool, 1)(*args.values(), read.astype(np.uint32), write)
+    args["conv_state"] = args["conv_state"][:3]
+    with pytest.raises(AssertionError, match=r"conv_state_pool: expected slots conv_state_pool"):
         launch(gdn_block_tkg_pool, 1)(*args.values(), read, write)

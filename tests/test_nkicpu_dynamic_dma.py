@@ -345,6 +345,26 @@ def test_indirect_accesses_wait_for_every_access_of_their_tensor():
     assert gather not in dependencies(cap.instructions)[later]    # two reads do not conflict
 
 
+def test_two_indirect_writes_do_not_wait_for_each_other():
+    """The one assumption of rule 2: two scatters of a tensor are not ordered (a gather still
+    waits for both)."""
+    @nki.jit
+    def k(pool, slots):
+        t = load(pool[0:1])
+        a, b = index_tile(slots[0:1], 1), index_tile(slots[1:2], 1)
+        for idx in (a, b):
+            nisa.dma_copy(dst=pool.ap([[F, 1], [1, F]], 0, scalar_offset=idx, indirect_dim=0), src=t)
+        u = nl.ndarray((1, F), pool.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=u, src=pool.ap([[F, 1], [1, F]], 0, scalar_offset=a, indirect_dim=0))
+        return store(u)
+
+    ins = nkicpu.capture(k)(pool_values(), np.array([[3], [5]], I32)).instructions
+    first, second, gather = [i.index for i in ins if i.opcode == "dma_copy"][-4:-1]
+    deps = dependencies(ins)
+    assert first not in deps[second]
+    assert {first, second} <= set(deps[gather])
+
+
 def test_an_indirect_write_waits_for_static_reads_and_writes():
     @nki.jit
     def k(pool, slot):
