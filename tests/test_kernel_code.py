@@ -11,7 +11,9 @@ import kernels  # noqa: F401  registers `nki`
 import nki
 from kernels import gdn_block
 from kernels.configs import SWEEP_BATCHES, SWEEP_SHARDS
+from kernels.pool_indices import pool_inputs
 from kernels.reference import make_inputs, token_inputs
+from kernels.registry import POOL_ARGS
 
 KERNELS = Path(kernels.__file__).parent
 MAX_FUNCTION_LINES = 80
@@ -79,7 +81,7 @@ def _statements(module):
 
 def test_every_statement_of_the_shipped_kernel_runs_over_the_sweep():
     """kernels/gdn_block.py over the sweep's shards at every sweep batch, T = 1 and 4, one core and
-    two, both forms: each statement of its functions runs at least once."""
+    two, all three forms: each statement of its functions runs at least once."""
     path = gdn_block.__file__
     ran = set()
 
@@ -97,10 +99,14 @@ def test_every_statement_of_the_shipped_kernel_runs_over_the_sweep():
                 for T in (1, 4):
                     s = shape.with_batch(B)
                     x = make_inputs(s, seed=1) if T == 1 else token_inputs(s, T, seed=1)
-                    for kernel in (gdn_block.gdn_block_tkg, gdn_block.gdn_block_tkg_verify):
+                    pool = pool_inputs(x)
+                    for kernel, args in ((gdn_block.gdn_block_tkg, x.values()),
+                                         (gdn_block.gdn_block_tkg_verify, x.values()),
+                                         (gdn_block.gdn_block_tkg_pool,
+                                          [pool[n] for n in POOL_ARGS])):
                         for lnc in (1, 2):
                             run = kernel[lnc] if lnc > 1 else kernel
-                            nki.simulate(run)(*x.values())
+                            nki.simulate(run)(*args)
                     if not _statements(gdn_block) - ran:
                         return
     finally:
