@@ -11,6 +11,8 @@ import torch
 
 import kernels  # noqa: F401  registers `nki`
 import nki
+import nkicpu
+from nkicpu.profile import capture_slots, profile_capture
 from kernels import check_pool_indices, gdn_block_tkg_pool, gdn_block_tkg_verify
 from kernels.configs import GDNShape, model_shard
 from kernels.reference import token_inputs
@@ -167,3 +169,41 @@ def test_kernel_names_bad_index_arguments():
     args["conv_state"] = args["conv_state"][:3]
     with pytest.raises(AssertionError, match=r"conv_state_pool: expected slots conv_state_pool"):
         launch(gdn_block_tkg_pool, 1)(*args.values(), read, write)
+
+
+def test_cost_does_not_depend_on_the_pool_size():
+    """A pool of B slots and one of 1024: the same HBM bytes moved and the same modeled times."""
+    profiles = []
+    for N in (4, 1024):
+        x, args, read, write = pool_case(TINY, 1, N, [N - 1, 0, -1, 2], [[N - 1], [0], [-1], [2]])
+        cap = nkicpu.capture(gdn_block_tkg_pool)(*args.values(), read, write)
+        profiles.append(profile_capture(cap))
+    a, b = profiles
+    assert (a.hbm_read_bytes, a.hbm_write_bytes) == (b.hbm_read_bytes, b.hbm_write_bytes)
+    assert (a.best_us, a.total_us) == (b.best_us, b.total_us)
+
+
+@pytest.mark.parametrize("shape, lnc", [(NEXT_TP4, 1), (SHARED_KEY_HEAD, 2)],
+                         ids=["one core", "shared key head"])
+def test_every_pool_read_ends_before_a_write_of_that_pool_starts(shape, lnc):
+    """In place, on the modeled timeline: on each core the pool's reads end before any DMA writes
+    that pool (rule 2's waits), and where two cores read one key head's window every window read
+    of either core ends before any window write starts (the core barrier)."""
+    x, args, read, write = pool_case(shape, 1, 4, [1, 3], [[1], [3]])
+    kernel = gdn_block_tkg_pool[lnc] if lnc > 1 else gdn_block_tkg_pool
+    cap = nkicpu.capture(kernel)(*args.values(), read, write)
+    slots = capture_slots(cap)
+    for position in (6, 10):                               # conv_state_pool, recurrent_state_pool
+        pool = cap.arguments[position]
+        last_read, first_write = {}, {}
+        for i in cap.instructions:
+            s = slots[i.index]
+            if any(a.alloc == pool for a in i.reads):
+                last_read[i.core] = max(last_read.get(i.core, 0.0), s.end_us)
+            if i.opcode == "dma_copy" and any(a.alloc == pool for a in i.writes):
+                first_write[i.core] = min(first_write.get(i.core, float("inf")), s.start_us)
+        assert sorted(last_read) == sorted(first_write) == list(range(lnc))
+        for c in range(lnc):
+            assert last_read[c] <= first_write[c]
+        if lnc > 1 and position == 6:
+            assert max(last_read.values()) <= min(first_write.values())
