@@ -552,7 +552,9 @@ def run_kernel(args, work):
         print(f"running {variant.kernel} as {launch} on {kernels.NKI_BACKEND}: "
               f"{shape.name}, B = {shape.B}", flush=True)
         started = time.time()
-        outputs = kernel(*kernel_args)   # NumPy arguments: compile + run standalone (NKI 0.4+)
+        # NumPy arguments: compile + run standalone (NKI 0.4+), on copies: the pool form writes its
+        # pools in place, and the reference must see the inputs
+        outputs = kernel(*[np.copy(a) if isinstance(a, np.ndarray) else a for a in kernel_args])
         record["host_s"] = time.time() - started
         check = check_outputs(args.stage, kernel_args, outputs)
     except Exception as e:  # the compiler's or runtime's message is what the reader sends back

@@ -8,7 +8,7 @@
 For every configuration (`kernels.configs.SWEEP_SHARDS`: Qwen3-Next-80B TP1 and TP4, Qwen3.5-0.8B
 TP1, 9B TP2, 27B TP8, 397B-A17B TP16), batch (`SWEEP_BATCHES`: 1, 8, 32, 64) and kernel variant
 (`kernels.registry.ENTRIES`: the five stages, gdn_tkg, the composition steps, steps 6 and 7 also on
-two cores, and the verify form)
+two cores, the verify form, and the pool form on one core and two, on pools of B * T slots)
 it runs the kernel on the CPU model, with the inputs `kernels.reference.pipeline_inputs` draws,
 schedules its instruction record with the trn2 cost model (`nkicpu.profile`) and records one row:
 the shape, the modeled time as a band (best: documented peak figures; likely: calibrated against
@@ -19,7 +19,7 @@ of the block's minimal bytes on its cores and the likely estimate's floor under 
 the CPU model took.
 
 The entries that take several tokens per sequence (`max_tokens` in the registry: the fused
-kernel, step 7, on one core and two, and its verify form) also run with hidden [B, T, H] for every
+kernel, step 7, on one core and two, its verify form and its pool form) also run with hidden [B, T, H] for every
 T > 1 of --tokens (`SWEEP_TOKENS`: 2, 4, 8, at `SWEEP_TOKEN_BATCHES`: B = 1 and 8, or at
 --batches when given), on
 `kernels.reference.token_inputs`. Every row says its T and its modeled time per token,
@@ -453,8 +453,8 @@ def _log_axes(ax, xs, xlabel, ylabel):
 
 def plot_tokens(rows, path):
     """One log-log panel per config that ran at T > 1: the modeled time per token
-    (modeled_us / (B x T)) vs T, a line per (variant, B) that ran at T > 1 (colour: B; solid: the
-    first such variant, dashed: the next), shaded from best to likely; a flat line would cost as
+    (modeled_us / (B x T)) vs T, a line per (variant, B) that ran at T > 1 (colour: B; a dash
+    pattern per variant), shaded from best to likely; a flat line would cost as
     much per token as T single-token launches."""
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
@@ -464,7 +464,8 @@ def plot_tokens(rows, path):
     configs = list(dict.fromkeys(c for c, _, _ in ran))
     variants = list(dict.fromkeys(v for _, v, _ in ran))
     colors = {B: f"C{i}" for i, B in enumerate(sorted({B for _, _, B in ran}))}
-    styles = dict(zip(variants, ("-", "--", "-.", ":")))
+    dashes = ("-", "--", "-.", ":", (0, (6, 2, 1, 2, 1, 2)))
+    styles = {v: dashes[i % len(dashes)] for i, v in enumerate(variants)}
     ncols = min(3, len(configs))
     nrows = -(-len(configs) // ncols)
     fig = Figure(figsize=(max(5.2 * ncols, 7.0), 4.0 * nrows + 0.8), layout="constrained")

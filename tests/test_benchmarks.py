@@ -16,7 +16,8 @@ from benchmarks import roofline, sweep
 from kernels.configs import (SWEEP_BATCHES, SWEEP_SHARDS, SWEEP_TOKEN_BATCHES, SWEEP_TOKENS,
                              TEST_SHARDS, GDNShape, model_shard)
 from kernels.gdn_block_checks import MAX_TOKENS
-from kernels.registry import BLOCK_ARGS, BY_NAME, ENTRIES, STEPS, VERIFY_OUTPUTS
+from kernels.registry import (BLOCK_ARGS, BY_NAME, ENTRIES, POOL_ARGS, POOL_OUTPUTS, STEPS,
+                              VERIFY_OUTPUTS)
 from nkicpu import costs
 from nkicpu.profile import MODELED
 
@@ -60,10 +61,10 @@ def test_metadata(quick_run):
 
 
 def test_one_row_per_variant_and_token_count_with_the_schema(quick_run):
-    """Every variant at T = 1, then the two that take tokens at T = 2."""
+    """Every variant at T = 1, then the five that take tokens at T = 2."""
     rows = quick_run[2]["rows"]
-    assert [(r["variant"], r["T"]) for r in rows] == \
-        [(e.name, 1) for e in ENTRIES] + [("7_ready_first", 2), ("7_ready_first_lnc2", 2), ("verify", 2)]
+    assert [(r["variant"], r["T"]) for r in rows] == [(e.name, 1) for e in ENTRIES] + [
+        (name, 2) for name in ("7_ready_first", "7_ready_first_lnc2", "verify", "pool", "pool_lnc2")]
     assert quick_run[2]["metadata"]["tokens"] == [1, 2]
     for r in rows:
         assert set(r) == ROW_KEYS, r["variant"]
@@ -94,11 +95,11 @@ def test_every_step_at_or_above_the_block_roofline_and_floor(quick_run):
     for r in quick_run[2]["rows"]:
         name, T = r["variant"], r["T"]
         e = BY_NAME[name]
-        if e.args != BLOCK_ARGS:
+        if e.args not in (BLOCK_ARGS, POOL_ARGS):
             assert all(r[k] is None for k in ROW_KEYS if "block" in k), name
             continue
         s = GDNShape(**{f: r[f] for f in sweep.SHAPE_FIELDS})
-        verify = e.outputs == VERIFY_OUTPUTS
+        verify = e.outputs in (VERIFY_OUTPUTS, POOL_OUTPUTS)      # every token's state written
         assert r["block_min_bytes"] == roofline.block_min_bytes(s, T, verify) == hand_block_bytes(s, T, verify)
         assert math.isclose(r["block_roofline_us"], roofline.block_roofline_us(s, e.lnc, T, verify))
         assert math.isclose(r["block_floor_us"], roofline.block_floor_us(s, e.lnc, T, verify))
@@ -198,8 +199,8 @@ def test_the_T_axis_runs_where_configs_say():
         for B in SWEEP_BATCHES:
             want.append((shape.name, B, 1, [e.name for e in ENTRIES]))
             if B in SWEEP_TOKEN_BATCHES:
-                want += [(shape.name, B, T, ["7_ready_first", "7_ready_first_lnc2", "verify"])
-                         for T in SWEEP_TOKENS[1:]]
+                want += [(shape.name, B, T, ["7_ready_first", "7_ready_first_lnc2", "verify",
+                                             "pool", "pool_lnc2"]) for T in SWEEP_TOKENS[1:]]
     assert runs == want
     args = sweep.parse_args(["--stages", "in_proj,verify", "--batches", "64", "--tokens", "1,4"])
     assert [(s.B, T, [v.name for v in vs]) for s, T, vs in sweep.plan(args)][:2] == \

@@ -104,7 +104,9 @@ def test_check_accepts_the_cpu_models_outputs_in_order(stage):
     entry = BY_NAME[stage]
     shape = GDNShape(B=2, H=128, nk=1, nv=2, dk=32, dv=16, name="tiny")
     args = entry.arguments(shape, pipeline_inputs(shape))
-    rows = on_trn.check_outputs(stage, args, nki.simulate(entry.load_kernel())(*args))
+    outputs = nki.simulate(entry.load_kernel())(*[np.copy(a) if isinstance(a, np.ndarray) else a
+                                                  for a in args])    # the pool form writes its pools
+    rows = on_trn.check_outputs(stage, args, outputs)
     assert [(r["output"], r["rule"]) for r in rows] == list(entry.outputs)
     assert all(r["ok"] for r in rows), on_trn.format_check(rows)
     assert json.loads(json.dumps(rows)) == rows
