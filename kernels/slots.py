@@ -8,12 +8,18 @@ kernel is traced, so every pool access is a DMA whose row offset is read from SB
 (the dma_copy docs, "Indirect addressing"):
   * a state row (nh heads of 64 KiB) moves in today's pieces, one DMA per piece of one sequence's
     row, its slot a 1x1 `scalar_offset` (either DGE; no DMA spans two slots);
-  * a conv window row (a few KiB) moves as today, one row per partition for up to 128
-    sequences in one DMA, the rows' slots a [rows, 1] `vector_offset` (the software DGE).
+  * the conv window rows (a few KiB each) move as today, one row per partition for up to 128
+    sequences in one DMA, their slots a [rows, 1] `vector_offset` (the software DGE); one
+    sequence's row moves in pieces by a scalar offset, as load_channel_major cuts it.
 A negative index (a padding row; a draft token whose checkpoint is not kept) becomes N, one past
-the pool: the DGE's bounds check then skips that transfer (`oob_mode.skip`), one slot per scalar
-DMA, so a skip never shares a scalar DMA with a live row. The offsets are loaded once, ahead of the
-weights.
+the pool, and the DGE's bounds check skips that transfer (`oob_mode.skip`). Why the DGE's skip: a
+kernel cannot branch on a value it reads at run time, so a per-row predicate would still need a
+slot to read and write. A scalar-offset DMA moves one slot, all or nothing. A window DMA may mix
+live and skipped rows, as the NKI library's block KV-cache update does (a dma_copy scatter with
+oob_mode.skip, nkilib experimental/transformer/attention_block_tkg.py); the open report of a
+device abort with skip and mixed indices (github.com/aws-neuron/aws-neuron-sdk/issues/1390)
+concerns an indirect dma_transpose, which this kernel does not use.
+The offsets are loaded once, ahead of the weights.
 """
 import nki.isa as nisa
 import nki.language as nl
@@ -23,7 +29,6 @@ class Slots(nl.NKIObject):
     """One launch's slots, on chip, and which pool rows' channels this program writes.
 
     Fields:
-        N: the pools' slots.
         read, write: [1, B] and [1, B, T] int32 @ SBUF, the scalar offsets of each sequence's
             read slot and of its tokens' write slots (a negative index made N).
         read_rows, write_rows: [B, 1] and [B, T] int32 @ SBUF, the same as vector offsets, one
@@ -41,7 +46,6 @@ class Slots(nl.NKIObject):
 
     def __init__(self, read_indices, write_indices, N, p):
         B, T = write_indices.shape
-        self.N = N
         self.read = _offsets((1, B), read_indices.reshape((1, B)), N, "read")
         self.write = _offsets((1, B, T), write_indices.reshape((1, B, T)), N, "write")
         self.read_rows, self.write_rows = None, None
@@ -85,7 +89,7 @@ class PoolRows(nl.NKIObject):
     def heads(self, b, h, n):
         """Heads h .. h + n - 1 (of this view) of row b as [dk, n, dv]: one slot, a scalar
         offset."""
-        _, nv, dk, dv = self.pool.shape
+        dk, dv = self.pool.shape[2], self.pool.shape[3]
         return self.pool.ap([[dv, dk], [dk * dv, n], [1, dv]], offset=(self.h0 + h) * dk * dv,
                             scalar_offset=self.offsets[0:1, b:b + 1], indirect_dim=0)
 
