@@ -34,8 +34,8 @@ class Slots(nl.NKIObject):
         read_rows, write_rows: [B, 1] and [B, T] int32 @ SBUF, the same as vector offsets, one
             sequence per partition (None where B = 1: one sequence's window moves by scalar
             offsets, layout.gather_channel_major).
-        live: [dv, B] uint8 @ SBUF, 1 where the row is a sequence (read index >= 0), for the
-            select that zeroes a padding row's output.
+        live: [dv, B] uint8 @ SBUF, 1 where the row is a sequence (a read slot in the pool), for
+            the select that zeroes a padding row's output.
         key_dim: channels of q (and of k) in a window row.
         own_k0: the first key head whose q and k window channels this program writes: on an LNC
             grid, a key head whose value heads two programs share is read by both and written
@@ -52,10 +52,15 @@ class Slots(nl.NKIObject):
         if B > 1:
             self.read_rows = _offsets((B, 1), read_indices.reshape((B, 1)), N, "read_rows")
             self.write_rows = _offsets((B, T), write_indices, N, "write_rows")
-        idx = nl.ndarray((p.dv, B), nl.int32, name="read_bcast")
-        nisa.dma_copy(idx, read_indices.ap([[0, p.dv], [1, B]], offset=0))   # dv copies of the row
+        # live: read slot < N, as a row, on dv partitions by a K = 1 matmul (no DMA)
+        row = nl.ndarray((1, B), nl.float32, name="live_row")
+        nisa.tensor_scalar(row, self.read, op0=nl.less, operand0=N)
+        ones = nl.ndarray((1, p.dv), nl.float32, name="ones_dv")
+        nisa.memset(ones, 1.0)
+        live_ps = nl.ndarray((p.dv, B), nl.float32, buffer=nl.psum, name="live_psum")
+        nisa.nc_matmul(live_ps, ones, row, is_stationary_onezero=True)
         self.live = nl.ndarray((p.dv, B), nl.uint8, name="live")
-        nisa.tensor_scalar(self.live, idx, op0=nl.greater_equal, operand0=0)
+        nisa.tensor_copy(self.live, live_ps)
         self.key_dim = p.key_dim
         self.own_k0 = -(-p.h0 // p.G)
         self.barrier = nl.num_programs(axes=0) > 1 and p.nh % p.G != 0
@@ -63,9 +68,10 @@ class Slots(nl.NKIObject):
 
 def _offsets(shape, src, N, name):
     """src (int32 @ HBM) in a new SBUF tile of `shape`, every negative index made N: max(i, N * (i
-    < 0)), two VectorE instructions, exact in int32."""
+    < 0)), two VectorE instructions, exact in int32. The DMA goes on ScalarE's hardware-DGE queue,
+    which nothing else in the step uses, so that it shifts no other DMA's queue."""
     raw = nl.ndarray(shape, nl.int32, name=name + "_raw")
-    nisa.dma_copy(raw, src)
+    nisa.dma_copy(raw, src, dge_mode=nisa.dge_mode.hwdge, engine=nisa.engine.scalar)
     past = nl.ndarray(shape, nl.int32, name=name + "_past")
     nisa.tensor_scalar(past, raw, op0=nl.less, operand0=0, op1=nl.multiply, operand1=N)
     t = nl.ndarray(shape, nl.int32, name=name)
