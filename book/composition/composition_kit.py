@@ -27,8 +27,10 @@ from benchmarks.steps import BATCHES, TARGETS, latency_table, step_row, steps_up
 from kernels.accuracy import OUTPUT, assert_close
 from kernels.configs import model_shard
 from kernels.reference import gdn_block_tkg_ref, pipeline_inputs, to_numpy, to_torch, token_inputs
-from kernels.registry import BLOCK_ARGS, BLOCK_DMA_KINDS, BLOCK_OUTPUTS, BY_NAME
+from kernels.registry import BLOCK_ARGS, BLOCK_DMA_KINDS, BLOCK_OUTPUTS, BY_NAME, POOL_ARGS
+from nkicpu import costs
 from nkicpu.profile import MODELED, dma_kinds, profile_capture, split_core
+from nkicpu.schedule import _overlap, dependencies, schedule
 from nkicpu.timeline import plot_timeline
 
 MODEL, TP = TARGETS[0]          # Qwen3-Next-80B TP4: the shard this part profiles
@@ -126,15 +128,34 @@ def show_diff(before, after):
 # --- profiles ------------------------------------------------------------------------------------
 
 def kinds(launch):
-    """{instruction index: what the DMA carries} of a single-launch step (BLOCK_DMA_KINDS)."""
+    """{instruction index: what the DMA carries} of a single-launch step (BLOCK_DMA_KINDS), or of
+    the pool form (pool_kinds)."""
+    if BY_NAME[launch.name].args == POOL_ARGS:
+        return pool_kinds(launch.capture)
     return dma_kinds(launch.capture, BLOCK_DMA_KINDS["arguments"], BLOCK_DMA_KINDS["outputs"])
+
+
+# The pools sit at the argument positions of the block's states: 6 the windows, 10 the states.
+POOL_STATE = BLOCK_ARGS.index("recurrent_state")
+
+
+def pool_kinds(capture):
+    """dma_kinds of a pool-form capture in the block's words and colours: the state pool's loads
+    and its stores (writes to an argument, which dma_kinds calls "stores") are both "state"."""
+    kinds = dma_kinds(capture, BLOCK_DMA_KINDS["arguments"])
+    pool = capture.arguments[POOL_STATE]
+    for ins in capture.instructions:
+        if ins.engine == "dma" and any(a.alloc == pool for a in ins.writes):
+            kinds[ins.index] = "state"
+    named = list(dict.fromkeys([*BLOCK_DMA_KINDS["arguments"].values(), "small loads", "stores"]))
+    return dict(sorted(kinds.items(), key=lambda item: (named.index(item[1]), item[0])))
 
 
 def timeline(launch, title, marks=(), ax=None):
     """A step's likely timeline, every DMA coloured by what it carries, against the block's
     roofline on the step's cores (the latency tables'), the lanes banded core by core where it
     runs on several; modeled."""
-    if BY_NAME[launch.name].args == BLOCK_ARGS and not BY_NAME[launch.name].launches:
+    if BY_NAME[launch.name].args in (BLOCK_ARGS, POOL_ARGS) and not BY_NAME[launch.name].launches:
         launch = _with_block_roofline(launch)
     return _band_cores(plot_timeline(launch.profile, ax=ax, title=title, marks=marks,
                                      dma_kinds=kinds(launch)))
@@ -176,6 +197,34 @@ def _band_cores(fig):
         if y and core != cores[y - 1]:
             ax.axhline(y - 0.5, color="0.3", linewidth=0.8)
     return fig
+
+
+def without_pool_waits(capture, position=POOL_STATE):
+    """(best, likely) µs of a pool-form capture rescheduled without the waits nkicpu's rule 2
+    adds between the pool's loads and its stores of other rows (nkicpu/schedule.py): a load and
+    a store of the pool whose on-chip sides share no element no longer wait for each other. What
+    the form would take if the rows' independence were known when the DMAs are scheduled; every
+    other dependency stays."""
+    pool = capture.arguments[position]
+    shapes = {a: info.shape for a, info in capture.allocations.items()}
+    regions = {a: (i.buffer, i.region) for a, i in capture.allocations.items() if i.region}
+    deps = dependencies(capture.instructions, shapes, regions)
+    ins = capture.instructions
+    load = {i.index: any(a.alloc == pool for a in i.reads) for i in ins if i.engine == "dma"
+            and any(a.alloc == pool for a in i.reads + i.writes)}
+
+    def on_chip(i):          # (access, whether it writes), the pool's aside
+        return [(a, w) for w, side in ((False, ins[i].reads), (True, ins[i].writes))
+                for a in side if a.alloc != pool]
+
+    def rule_only(i, j):
+        return (j in load and load[i] != load[j]
+                and not any(a.alloc == b.alloc and (v or w) and _overlap(a, b)
+                            for a, v in on_chip(i) for b, w in on_chip(j)))
+
+    kept = [tuple(j for j in d if not (i in load and rule_only(i, j))) for i, d in enumerate(deps)]
+    return tuple(max(s.end_us for s in schedule(ins, band=band, deps=kept))
+                 for band in (costs.BEST, costs.LIKELY))
 
 
 # --- correctness ---------------------------------------------------------------------------------
