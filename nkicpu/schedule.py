@@ -334,7 +334,7 @@ class _Dynamic:
         (self.writes if is_write else self.reads).append((index, dynamic))
 
 
-def dependencies(instructions, shapes=None, regions=None):
+def dependencies(instructions, shapes=None, regions=None, dynamic_waits=True):
     """For each instruction, the sorted indices of the earlier instructions it must wait for.
 
     Waits implied by others may be left out (A waits for B, B for C: A need not list C), and so
@@ -344,13 +344,16 @@ def dependencies(instructions, shapes=None, regions=None):
     regions: allocation id -> (buffer, ((first byte, end byte), ...)) of on-chip allocations
     (`Capture.allocations` holds them): memory reuse across allocations (rule 2). Without it,
     allocations never share memory.
+    dynamic_waits: False leaves out rule 2's waits for indirect accesses: the schedule if the rows
+    they touch were known when they are scheduled (a what-if; the compiler cannot know them).
     """
     shapes = shapes or {}
     footprints = {}
     barriers = {}      # (core, allocation id) -> _Entry of that core's barriers on it (rule 6)
     reuse = _Reuse(regions or {})
     # Indirect accesses (rule 2): only the allocations they touch keep per-core lists of accesses.
-    indexed = {a.alloc for ins in instructions for a in ins.reads + ins.writes if a.dynamic is not None}
+    indexed = {a.alloc for ins in instructions for a in ins.reads + ins.writes
+               if a.dynamic is not None and dynamic_waits}
     dynamic = {}                                 # (allocation, core) -> _Dynamic
     result = []
     for ins, lane in zip(instructions, lanes(instructions)):

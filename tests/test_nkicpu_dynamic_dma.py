@@ -343,6 +343,8 @@ def test_indirect_accesses_wait_for_every_access_of_their_tensor():
     assert scatter in slots[later].deps           # read after write
     assert scatter in slots[static].deps          # a static read after an indirect write
     assert gather not in dependencies(cap.instructions)[later]    # two reads do not conflict
+    what_if = dependencies(cap.instructions, dynamic_waits=False)   # rows known: no such waits
+    assert scatter not in what_if[later] and scatter in dependencies(cap.instructions)[later]
 
 
 def test_two_indirect_writes_do_not_wait_for_each_other():

@@ -30,7 +30,7 @@ from kernels.reference import gdn_block_tkg_ref, pipeline_inputs, to_numpy, to_t
 from kernels.registry import BLOCK_ARGS, BLOCK_DMA_KINDS, BLOCK_OUTPUTS, BY_NAME, POOL_ARGS
 from nkicpu import costs
 from nkicpu.profile import MODELED, dma_kinds, profile_capture, split_core
-from nkicpu.schedule import _overlap, dependencies, schedule
+from nkicpu.schedule import dependencies, schedule
 from nkicpu.timeline import plot_timeline
 
 MODEL, TP = TARGETS[0]          # Qwen3-Next-80B TP4: the shard this part profiles
@@ -199,31 +199,15 @@ def _band_cores(fig):
     return fig
 
 
-def without_pool_waits(capture, position=POOL_STATE):
-    """(best, likely) µs of a pool-form capture rescheduled without the waits nkicpu's rule 2
-    adds between the pool's loads and its stores of other rows (nkicpu/schedule.py): a load and
-    a store of the pool whose on-chip sides share no element no longer wait for each other. What
-    the form would take if the rows' independence were known when the DMAs are scheduled; every
-    other dependency stays."""
-    pool = capture.arguments[position]
+def without_pool_waits(capture):
+    """(best, likely) µs of a pool-form capture rescheduled without the waits nkicpu's rule 2 adds
+    for indirect accesses (`dependencies(..., dynamic_waits=False)`): what the form would take if
+    the rows of its loads and stores were known when the DMAs are scheduled; every other
+    dependency stays."""
     shapes = {a: info.shape for a, info in capture.allocations.items()}
     regions = {a: (i.buffer, i.region) for a, i in capture.allocations.items() if i.region}
-    deps = dependencies(capture.instructions, shapes, regions)
-    ins = capture.instructions
-    load = {i.index: any(a.alloc == pool for a in i.reads) for i in ins if i.engine == "dma"
-            and any(a.alloc == pool for a in i.reads + i.writes)}
-
-    def on_chip(i):          # (access, whether it writes), the pool's aside
-        return [(a, w) for w, side in ((False, ins[i].reads), (True, ins[i].writes))
-                for a in side if a.alloc != pool]
-
-    def rule_only(i, j):
-        return (j in load and load[i] != load[j]
-                and not any(a.alloc == b.alloc and (v or w) and _overlap(a, b)
-                            for a, v in on_chip(i) for b, w in on_chip(j)))
-
-    kept = [tuple(j for j in d if not (i in load and rule_only(i, j))) for i, d in enumerate(deps)]
-    return tuple(max(s.end_us for s in schedule(ins, band=band, deps=kept))
+    deps = dependencies(capture.instructions, shapes, regions, dynamic_waits=False)
+    return tuple(max(s.end_us for s in schedule(capture.instructions, band=band, deps=deps))
                  for band in (costs.BEST, costs.LIKELY))
 
 
