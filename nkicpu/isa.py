@@ -12,7 +12,7 @@ from types import ModuleType
 import numpy as np
 
 from . import indirect
-from .errors import ActivationRangeWarning, NkiValidationError, not_modeled, rule_error
+from .errors import ActivationRangeWarning, NkiValidationError, not_modeled, rule_error, rule_warning
 from .language import tile_size as TILE  # nl.tile_size, not shadowed by nc_matmul(tile_size=)
 from .memory import DTYPES, PMAX, PSUM_BANK_BYTES, dtype_name, is_float, is_hbm, is_psum, is_sbuf
 from .ops import Op
@@ -229,20 +229,25 @@ def _psum_whole_words(t, where):
 
 
 def _same_start_partition(where, **inputs):
-    """The on-chip inputs an ALU instruction combines element by element start on one partition.
+    """The SBUF inputs an ALU instruction combines element by element start on one partition.
 
     Each engine lane reads one partition of every input at once; the engine can move data across
     partitions only between an input and the output (trainium_inferentia2_arch.rst, 'Cross-Partition
-    Connectivity'). The NKI library copies an operand to partition 0 "for tensor_tensor base partition
-    alignment" (LIB core/embeddings/rope.py, RoPE_sbuf) and writes the result to partitions 64.. from
-    inputs on partitions 0.. . Scalar operands (Python numbers) have no partition.
+    Connectivity'). The NKI library copies an SBUF operand to partition 0 "for tensor_tensor base
+    partition alignment" (LIB core/embeddings/rope.py, RoPE_sbuf) and writes the result to
+    partitions 64.. from inputs on partitions 0.. . PSUM inputs are not compared: no public text
+    states the rule for them, and the library adds the PSUM rows a column-tiled matmul wrote from
+    partition 32 * f into an SBUF accumulator on partitions 0.. (LIB core/qkv/qkv_tkg.py
+    _accumulate_psum_to_output, core/router_topk/router_topk.py, core/mlp/mlp_tkg/
+    mlp_tkg_gate_up_projection.py). Scalar operands (Python numbers) have no partition.
     """
-    starts = {arg: _start_partition(t) for arg, t in inputs.items() if isinstance(t, NkiTensor)}
+    starts = {arg: _start_partition(t) for arg, t in inputs.items()
+              if isinstance(t, NkiTensor) and not is_psum(t.buffer)}
     if len(set(starts.values())) > 1:
         raise rule_error("input-start-partition", where,
-                         f"inputs start on different partitions {starts}; the inputs of one instruction must "
-                         f"start on the same partition (copy one to the other's partitions first); dst may "
-                         f"start elsewhere")
+                         f"SBUF inputs start on different partitions {starts}; the SBUF inputs of one "
+                         f"instruction must start on the same partition (copy one to the other's "
+                         f"partitions first); dst and PSUM inputs may start elsewhere")
 
 
 def _same_layout(a, b, where, an, bn):
@@ -371,15 +376,18 @@ def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode
         _indirect_dge(indexed[0][0], dge_mode, where)
     if dst.size != src.size:
         raise rule_error("dma-size", where, f"dst has {dst.size} elements ({list(dst.shape)}), src {src.size} ({list(src.shape)})")
-    # neuronx-cc rejects a DMA between SBUF and a view whose dim 0 differs from the SBUF side's
-    # partition count, though the docs ask only for equal element counts (a compile error reported
-    # to this project; no public doc states it): the HBM side must be viewed with the on-chip side's
-    # partition count first (a contiguous reshape). HBM -> HBM copies have no partitions to match.
+    # neuronx-cc once rejected a DMA between SBUF and a view whose dim 0 differs from the SBUF side's
+    # partition count (a compile error reported to this project), but the dma_copy docs ask only
+    # for equal element counts, and the NKI library's gdn_tkg (Neuron 2.33) loads A_log through a
+    # stride-0 [B, nv] view into a [1, B * nv] tile. So nkicpu copies element k to element k, as
+    # documented, and warns. HBM -> HBM copies have no partitions to match.
     if not (is_hbm(dst.buffer) and is_hbm(src.buffer)) and dst.shape[0] != src.shape[0]:
-        raise rule_error("dma-partition-count", where,
-                         f"dst has {dst.shape[0]} in dim 0 ({list(dst.shape)} in {dst.buffer.name}), src "
-                         f"{src.shape[0]} ({list(src.shape)} in {src.buffer.name}); with an on-chip side both must "
-                         f"have its partition count in dim 0 (reshape the HBM view first)")
+        warnings.warn(rule_warning(
+            "dma-partition-count", where,
+            f"dst has {dst.shape[0]} in dim 0 ({list(dst.shape)} in {dst.buffer.name}), src {src.shape[0]} "
+            f"({list(src.shape)} in {src.buffer.name}): the dma_copy docs ask only for equal element counts, "
+            f"but neuronx-cc refused such a DMA in a compile error reported to this project; a view of the "
+            f"HBM side with the on-chip side's partition count in dim 0 avoids the question"), stacklevel=2)
     _dst(dst, where)
     # oob_mode=skip skips "the DMA transfer for a given dynamic address or index when it is out of
     # bound" (dma_copy docs): a DMA without an indirect access has no dynamic index, so there it changes
