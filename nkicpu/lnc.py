@@ -7,9 +7,9 @@ both names run the same barrier (`nkicpu.isa._barrier`) and neither warns. Only 
 here: sendrecv and sendrecv_compute exchange SBUF data between the cores, which nkicpu does not
 model.
 """
+from . import core_sync
 from .errors import not_modeled
-from .isa import _barrier
-from .isa import engine as _engine
+from .isa_enums import engine as _engine
 
 __all__ = ["core_barrier"]
 
@@ -17,7 +17,7 @@ __all__ = ["core_barrier"]
 def core_barrier(data, cores, engine=_engine.gpsimd, name=None):
     """Wait until both programs of an LNC=2 launch have reached this barrier (the signature of
     https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.lnc.core_barrier.html)."""
-    return _barrier("nki.lnc.core_barrier", data, cores, engine, name)
+    return core_sync.core_barrier("nki.lnc.core_barrier", data, cores, engine, name)
 
 
 def __getattr__(attr):

@@ -84,9 +84,8 @@ def _is_library_module(name):
 
 def _project_function(obj):
     """The plain function behind `obj` if it is project code, else None."""
-    from . import Kernel  # the package imports this module first
-    if isinstance(obj, Kernel):
-        obj = obj.fn
+    if _is_library_module(type(obj).__module__):   # an nki.jit kernel: its function, as functools
+        obj = getattr(obj, "__dict__", {}).get("__wrapped__", obj)   # wrappers keep it
     if isinstance(obj, (staticmethod, classmethod)):
         obj = obj.__func__
     if isinstance(obj, property):
