@@ -443,6 +443,16 @@ def test_largest_admitted_batch_runs_at_every_sweep_shard(shape, lnc):
     check(nki.simulate(kernel)(*x.values()), x)
 
 
+@pytest.mark.parametrize("lnc", [1, 2])
+def test_pool_form_runs_at_its_largest_batch(lnc):
+    """The pool form admits B <= 128 (its slot offsets hold one sequence per partition): B = 128
+    runs; at T = 1, reading and writing slot b, its pools are the plain step's new states."""
+    shape = model_shard("Qwen3.5-397B-A17B", 16, B=128)
+    x = make_inputs(shape, seed=8)
+    kernel = gdn_block_tkg_pool[2] if lnc == 2 else gdn_block_tkg_pool
+    check(nki.simulate(kernel)(*[pool_inputs(x)[a] for a in POOL_ARGS]), x)
+
+
 def _one_more(shape, T):
     """Inputs of one sequence more than the largest batch the first check admits at T tokens."""
     B = max_columns(shape.H, shape.nk, shape.nv) // T
@@ -469,6 +479,13 @@ def test_verify_and_pool_forms_refuse_one_sequence_more(form):
     with pytest.raises(AssertionError, match=r"^hidden: expected at most B = 64 sequences of T = 8 tokens "
                                              r".*got B = 65$"):
         nki.simulate(kernel)(*args)
+
+
+def test_pool_form_refuses_129_sequences_naming_hidden():
+    x = token_inputs(model_shard("Qwen3.5-397B-A17B", 16, B=129), 1, seed=9)
+    with pytest.raises(AssertionError, match=r"^hidden: expected at most B = 128 sequences of T = 1 tokens "
+                                             r".*B <= 128 in the pool form.*got B = 129$"):
+        nki.simulate(gdn_block_tkg_pool)(*[pool_inputs(x)[a] for a in POOL_ARGS])
 
 
 def test_cpu_model_time_at_27b_tp8_b8():
