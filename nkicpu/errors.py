@@ -38,6 +38,10 @@ class NkiRuleWarning(UserWarning):
     turn it into an error (pyproject.toml), so its own kernels keep to the rule."""
 
 
+class NkiDeprecationWarning(DeprecationWarning):
+    """A kernel used a name NKI 0.8 deprecates (nkicpu/versions.py): it still runs as in NKI 0.7."""
+
+
 def rule_warning(rule, where, message):
     return NkiRuleWarning(f"[{rule}] {where}: {message}")
 

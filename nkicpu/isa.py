@@ -12,7 +12,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from . import core_sync, indirect
+from . import core_sync, indirect, versions
 from .errors import ActivationRangeWarning, NkiValidationError, not_modeled, rule_error, rule_warning
 from .isa_enums import (REDUCE_CMD as _CMD, constants, dge_mode, dma_engine, engine,  # noqa: F401
                         gpsimd_engine, matmul_perf_mode, nc_version, oob_mode, reduce_cmd, scalar_engine,
@@ -728,15 +728,20 @@ def dma_transpose(dst, src, axes=None, priority=None, dge_mode=dge_mode.unknown,
 
 def core_barrier(data, cores, engine=engine.gpsimd, name=None):
     """Wait until both programs of an LNC=2 launch have reached this barrier (NKI 0.7's name;
-    NKI 0.8 calls it nki.lnc.core_barrier). See `core_sync.core_barrier`."""
+    NKI 0.8 calls it nki.lnc.core_barrier and deprecates this name). See
+    `core_sync.core_barrier`."""
+    versions.deprecated("nisa.core_barrier")
     return core_sync.core_barrier("nisa.core_barrier", data, cores, engine, name)
 
 
 def sendrecv(src, dst, send_to_rank, recv_from_rank, pipe_id, dma_engine=dma_engine.dma, name=None):
+    versions.deprecated("nisa.sendrecv")
     core_sync.sendrecv("nisa.sendrecv")
 
 
 def __getattr__(attr):
     if attr.startswith("__"):
         raise AttributeError(f"module 'nki.isa' has no attribute {attr!r}")  # hasattr() probes
+    if f"nisa.{attr}" in versions.DEPRECATED_0_8:
+        versions.deprecated(f"nisa.{attr}")
     raise not_modeled(f"nki.isa.{attr}")

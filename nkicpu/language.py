@@ -8,7 +8,7 @@ Names, argument order and defaults follow the Neuron SDK 2.32 API stubs
 import numpy as np
 
 from . import isa as _nisa
-from . import memory
+from . import memory, versions
 from .allocate import ndarray
 from .errors import not_modeled
 from .memory import DTYPES, MemoryRegion, is_hbm, is_on_chip, is_psum, is_sbuf
@@ -109,4 +109,6 @@ def device_print(print_prefix, tensor):
 def __getattr__(attr):
     if attr.startswith("__"):
         raise AttributeError(f"module 'nki.language' has no attribute {attr!r}")  # hasattr() probes
+    if f"nl.{attr}" in versions.REMOVED:
+        raise versions.removed(f"nl.{attr}")
     raise not_modeled(f"nki.language.{attr}")

@@ -730,7 +730,7 @@ UNMODELED = [
     ("nisa instruction", lambda: nisa.nc_match_replace8),
     ("nl name", lambda: nl.fori_loop),
     ("sendrecv", lambda: nisa.sendrecv(src=sb(4, 4), dst=sb(4, 4), send_to_rank=1, recv_from_rank=1, pipe_id=0)),
-    ("nki.lnc.sendrecv", lambda: nki.lnc.sendrecv),
+    ("nki.lnc.sendrecv", lambda: nki.lnc.sendrecv(src=sb(4, 4), dst=sb(4, 4), send_to_rank=1, recv_from_rank=1)),
 ]
 
 
