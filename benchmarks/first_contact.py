@@ -2,6 +2,7 @@
 
     python -m benchmarks.first_contact                  # on a trn2 instance: the device run
     python -m benchmarks.first_contact --cpu            # the same report from the CPU model
+    python -m benchmarks.first_contact --simulate       # nkicpu against the SDK's nki.simulate
 
 NOT YET RUN ON HARDWARE. A reader on a trn2 instance runs it once and sends back the report it
 writes, <out>/first_contact.json. For each kernel in KERNELS (the five stages, gdn_tkg,
@@ -19,8 +20,14 @@ Where `on_trn.device_status()` finds no device it prints what it would run and w
 writes nothing and exits 0. `--cpu` runs the same kernel processes on the CPU model (nkicpu)
 instead and writes the report with every kernel labelled as such: nothing in it is measured.
 
-Exit status: 0 a report with every kernel passing, or the plan printed where there is no device;
-1 a report with a failing kernel; 2 bad arguments.
+`--simulate` needs the Neuron SDK's `nki` (the Neuron pip repository installs it on any x86 Linux)
+but no device: it runs every kernel through `nki.simulate` and through nkicpu on copies of the same
+inputs, each side in a process of its own (benchmarks/cross_check.py), and writes the differences
+(each output's max error against the simulator's, which side refused a kernel and why) into
+<out>/simulate_cross_check.json. Without the SDK it prints that plan and exits 0.
+
+Exit status: 0 a report with every kernel passing, a cross-check report, or the plan printed where
+there is no device (no SDK for --simulate); 1 a report with a failing kernel; 2 bad arguments.
 """
 import argparse
 import datetime
@@ -35,11 +42,15 @@ from pathlib import Path
 
 from kernels.registry import BY_NAME
 
-from . import on_trn
+from . import cross_check, on_trn
 
 REPO = on_trn.REPO
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "first_contact"
 REPORT = "first_contact.json"
+SIMULATE_REPORT = "simulate_cross_check.json"
+SIMULATE_FORMAT = "nki-gdn-book simulator cross-check v1"
+SIMULATE_LABEL = ("functional cross-check: nkicpu against the Neuron SDK's nki.simulate (trn2); "
+                  "no time in it is measured or modeled")
 FORMAT = "nki-gdn-book first contact v1"
 MODELED = "modeled (trn2 cost model)"
 KERNELS = on_trn.RUNNABLE      # every single-launch kernel of kernels.registry
@@ -74,10 +85,15 @@ def parse_args(argv):
                    help=f"comma-separated subset of {','.join(KERNELS)} (default: all)")
     p.add_argument("--cpu", action="store_true",
                    help="run every kernel on the CPU model (nkicpu), not a NeuronCore; no profile")
+    p.add_argument("--simulate", action="store_true",
+                   help="run every kernel through the SDK's nki.simulate and through nkicpu and "
+                        f"write their differences to <out>/{SIMULATE_REPORT} (needs the SDK, no device)")
     p.add_argument("--timeout", type=on_trn._positive, default=1800,
                    help="seconds allowed for each kernel (compile and run) and each tool "
                         "(default 1800)")
     args = p.parse_args(argv)
+    if args.cpu and args.simulate:
+        p.error("--cpu and --simulate are two different runs: pass one")
     from .sweep import parse_config
     try:
         args.shape = parse_config(args.config).with_batch(args.batch)
@@ -233,10 +249,97 @@ def format_report(report):
     return "\n".join(lines)
 
 
+# --- --simulate: nkicpu against nki.simulate --------------------------------------------------
+
+def simulator_status():
+    """None if the Neuron SDK's nki imports here (its simulator needs no device), else why not."""
+    if on_trn.neuron_sdk_importable():
+        return None
+    return ("the Neuron SDK's nki does not import here (NKICPU=0), so there is no nki.simulate to "
+            "compare with; pip installs it from the Neuron pip repository on x86 Linux")
+
+
+def simulate_steps(args, name):
+    """The two side processes of kernel `name`: [(command, environment)]."""
+    work = args.out / name
+    steps = []
+    for side in cross_check.SIDES:
+        command, changes = cross_check.side_command(name, work / "inputs", work, side)
+        steps.append((command, {**os.environ, **changes}))
+    return steps
+
+
+def print_simulate_plan(args, status):
+    print(f"benchmarks.first_contact --simulate: {status}.\n")
+    print(f"With the SDK it writes each kernel's arguments ({args.shape.name}, B = {args.batch}, seed "
+          f"{args.seed}) to <out>/<kernel>/inputs, then runs, from the repository root:\n")
+    for name in args.kernels:
+        for step in simulate_steps(args, name):
+            print(f"  {_shown(*step)}\n")
+    print(f"and writes {args.out / SIMULATE_REPORT}: per kernel, which side refused it and why, each "
+          "output's max error of nkicpu against nki.simulate under its accuracy rule, and every argument "
+          "either side wrote. Nothing was run.")
+
+
+def run_simulate(args):
+    """Both sides of every kernel; the report."""
+    from kernels.reference import pipeline_inputs
+    entries = []
+    for name in args.kernels:
+        variant = BY_NAME[name]
+        work = args.out / name
+        cross_check.save_inputs(work / "inputs",
+                                variant.arguments(args.shape, pipeline_inputs(args.shape, seed=args.seed)))
+        for command, env in simulate_steps(args, name):
+            print(f"$ {_shown(command, env)}", flush=True)
+            log, status = on_trn.run_logged(command, env, args.timeout)
+            side = command[command.index("--side") + 1]
+            (work / f"{side}.log").write_text(f"# {status}\n{log}")
+        result = cross_check.compare_sides(work, variant.outputs, work / "inputs")
+        entries.append({"name": name, "kernel": variant.kernel, "lnc": variant.lnc, **result})
+        print(f"{name}: {format_agreement(entries[-1])}", flush=True)
+    return {"format": SIMULATE_FORMAT, "mode": "simulate", "label": SIMULATE_LABEL,
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "host": platform.node(), "python": platform.python_version(), "machine": platform.machine(),
+            "command": shlex.join(["python", "-m", "benchmarks.first_contact", *args.argv]),
+            "config": args.shape.name, "batch": args.batch, "seed": args.seed,
+            "environment": cross_check.SIDE_ENV, "versions": on_trn.sdk_versions(None),
+            "summary": {"kernels": len(entries),
+                        "agree": [e["name"] for e in entries if e["agree"]],
+                        "differ": [e["name"] for e in entries if e["agree"] is False],
+                        "refused": [e["name"] for e in entries if e["agree"] is None]},
+            "kernels": entries}
+
+
+def format_agreement(entry):
+    """One line: who refused, or each output's max abs error and whether it is within its rule."""
+    refused = [f"{side} refused ({err['type']}: {err['message'][:200]})"
+               for side, err in entry["refused"].items() if err]
+    if refused:
+        return "; ".join(refused)
+    parts = [f"{r.get('output', '?')} {r['max_abs_err']:.2e}" + ("" if r.get("ok") else " DIFFERS")
+             if r.get("max_abs_err") is not None else f"{r.get('output', '?')} {r.get('problem')}"
+             for r in entry["outputs"]]
+    parts += [f"argument {w['argument']} " + ("bit-exact" if w["bit_exact"] else f"{w['max_abs_err']:.2e}")
+              for w in entry["arguments_written"]]
+    return ("agree: " if entry["agree"] else "differ: ") + ", ".join(parts)
+
+
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
     args.argv = argv
+    if args.simulate:
+        status = simulator_status()
+        if status is not None:
+            print_simulate_plan(args, status)
+            return 0
+        args.out.mkdir(parents=True, exist_ok=True)
+        report = run_simulate(args)
+        path = args.out / SIMULATE_REPORT
+        path.write_text(json.dumps(report, indent=1) + "\n")
+        print(f"wrote {path}")
+        return 0
     status = None if args.cpu else on_trn.device_status()
     if status is not None:
         print_plan(args, status)

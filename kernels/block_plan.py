@@ -12,12 +12,15 @@ from .checks import expect
 from .conv1d_decode import channel_groups, window_chunks
 from .gated_delta_rule import PREPARED_PAIR_BYTES, first_chunk_pairs, ring_holds_state
 from .gdn_block_checks import block_dims, check_block_dtypes
-from .in_proj import BF16_BYTES, MIN_SLICE_RUN_BYTES
+from .in_proj import BF16_BYTES, MAX_BATCH, MIN_SLICE_RUN_BYTES
 
 # SBUF per partition the fused kernel's activations may take: the rest of the usable SBUF (224 KiB
 # less 16 KiB the runtime reserves) holds the delta rule's state ring (64 KiB) and the stages'
 # temporaries (checked with nkicpu's capacity accounting up to Qwen3-Next-80B TP1 at B = 256).
 ACTIVATION_SBUF_BYTES = 120 * 1024
+# Sequences the pool form takes: kernels/slots.py holds each sequence's slot offsets on a partition
+# of its own ([B, 1] and [B, T] vector offsets).
+POOL_MAX_BATCH = 128
 # PSUM banks gated_delta_rule_block may hold at once (its notes): z's sums may stay open through
 # the recurrence only where one column group of them fits the other banks.
 RECURRENCE_PSUM_BANKS = 6
@@ -28,12 +31,23 @@ RECURRENCE_PSUM_BANKS = 6
 TOKENS_AHEAD_SBUF_BYTES = 8 * 1024
 
 
+def max_columns(H, nk, nv):
+    """The most activation columns (B * T) the fused step takes at these dims: in_proj's MAX_BATCH
+    (a column group's token chunks each accumulate in a PSUM bank of their own) or the columns
+    whose bf16 activations, 2 * (4 * nk + 5 * nv + H / 128) bytes per partition each, fit
+    ACTIVATION_SBUF_BYTES, whichever is smaller."""
+    per_column = 2 * (4 * nk + 5 * nv + H // nl.tile_size.pmax)
+    return min(MAX_BATCH, ACTIVATION_SBUF_BYTES // per_column)
+
+
 class BlockPlan(nl.NKIObject):
     """The dims and choices of one fused decode step.
 
     Fields:
         B, T, N: sequences, tokens per sequence, and the columns of every activation tile
-            (N = B * T: token t of sequence b in column b * T + t).
+            (N = B * T: token t of sequence b in column b * T + t); N_max: the most columns the
+            dims admit (max_columns); B_max: the most sequences of T tokens they admit (with
+            pooled, at most POOL_MAX_BATCH).
         H, nk, nv, dk, dv, K, G, key_dim: the layer's dims (gdn_block_checks.block_dims),
             G = nv / nk, key_dim = nk * dk.
         h0, nh: this program's value heads h0 .. h0 + nh - 1; k0, nkh: the key heads they read.
@@ -60,12 +74,20 @@ class BlockPlan(nl.NKIObject):
         self.N = B * self.T
         self.G = nv // nk
         self.key_dim = nk * dk
-        per_token = 2 * (4 * nk + 5 * nv + H // nl.tile_size.pmax)   # bf16 bytes per partition
-        expect(self.N * per_token <= ACTIVATION_SBUF_BYTES, "hidden",
-               f"a batch whose on-chip activations, 2 * B * T * (4 * nk + 5 * nv + H / 128) "
-               f"bytes per partition, fit {ACTIVATION_SBUF_BYTES // 1024} KiB beside the state "
-               f"stream (B * T <= {ACTIVATION_SBUF_BYTES // per_token} here)",
-               f"B * T = {B} * {self.T}")
+        self.N_max = max_columns(H, nk, nv)
+        self.B_max = self.N_max // self.T
+        pool_text = ""
+        if pooled:
+            self.B_max = min(self.B_max, POOL_MAX_BATCH)
+            pool_text = (f"; and B <= {POOL_MAX_BATCH} in the pool form, whose slot offsets hold "
+                         f"one sequence per partition")
+        expect(B <= self.B_max, "hidden",
+               f"at most B = {self.B_max} sequences of T = {self.T} tokens (B * T <= "
+               f"{self.N_max}: the smaller of in_proj's {MAX_BATCH}, chunks of 128 tokens each "
+               f"accumulating in its own PSUM bank, and the batch whose on-chip activations, "
+               f"2 * B * T * (4 * nk + 5 * nv + H / 128) bytes per partition, fit "
+               f"{ACTIVATION_SBUF_BYTES // 1024} KiB beside the state stream{pool_text})",
+               f"B = {B}")
         self.h0, self.nh, self.k0, self.nkh = 0, nv, 0, nk
         self.q0, self.nq = 0, nk
         self.z_last = False

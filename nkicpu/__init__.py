@@ -9,8 +9,11 @@ SDK is absent, so kernel files written for the SDK run here unchanged:
     kernel[2](*arrays)              an LNC launch grid: programs 0 and 1, one per physical NeuronCore,
                                     ordered by nisa.core_barrier (nki.lnc.core_barrier in NKI 0.8)
 
-Before a kernel runs, its source and that of every function it reaches is checked against the
-Python subset NKI 0.6 compiles (subset.py).
+nkicpu models NKI 0.7 (Neuron 2.33), the newest release with published release notes; its
+rules were checked against the Neuron SDK 2.32 API stubs and the 2.33 documentation. It runs NKI
+0.8's nki.lnc.core_barrier, warns on the names 0.8 deprecates and names the replacement of those
+0.7 and Neuron 2.34 removed (versions.py). Before a kernel runs, its source and that of every
+function it reaches is checked against the Python subset NKI 0.6 compiles (subset.py).
 """
 import inspect
 import sys
@@ -24,9 +27,10 @@ from .memory import MemoryRegion, check_dtype
 from .run import Run, running
 from .subset import check_kernel
 from .tensor import NkiTensor
+from .versions import CHECKED_AGAINST, NEURON_SDK_VERSION, NKI_VERSION, install_removed_neuronxcc
 
 __all__ = ["jit", "simulate", "capture", "Capture", "install_as_nki", "language", "isa", "lnc",
-           "NkiValidationError"]
+           "NkiValidationError", "NKI_VERSION", "NEURON_SDK_VERSION", "CHECKED_AGAINST"]
 
 
 # `nki.dtype`: the type of nl.float32, nl.bfloat16, ... (the NKI library annotates with it, e.g.
@@ -223,10 +227,12 @@ def simulate(kernel):
 
 
 def install_as_nki():
-    """Register nkicpu under the names `nki`, `nki.language`, `nki.isa` and `nki.lnc`."""
+    """Register nkicpu under the names `nki`, `nki.language`, `nki.isa` and `nki.lnc`; an import of
+    `neuronxcc.nki` (removed in Neuron 2.34), where no neuronxcc is installed, names its replacement."""
     module = sys.modules[__name__]
     sys.modules["nki"] = module
     sys.modules["nki.language"] = language
     sys.modules["nki.isa"] = isa
     sys.modules["nki.isa.constants"] = isa.constants
     sys.modules["nki.lnc"] = lnc
+    install_removed_neuronxcc()

@@ -2,7 +2,8 @@
 
 A broken hardware rule raises `NkiValidationError` (the SDK's name for it) with the rule's short
 name in brackets first, so a reader sees at once which rule a kernel broke and where. Where the
-hardware computes something all the same, only not what the function means, nkicpu warns instead.
+hardware computes something all the same, only not what the function means, nkicpu warns instead,
+and so it does where a rule rests on a reported compile error the documentation does not back.
 """
 
 
@@ -28,6 +29,21 @@ class ActivationRangeWarning(UserWarning):
     """A ScalarE function got an input outside its documented valid range: the engine extrapolates
     its polynomial there, so the result is not the function's value. This project's tests turn it
     into an error (pyproject.toml, filterwarnings)."""
+
+
+class NkiRuleWarning(UserWarning):
+    """A kernel did what a rule would refuse, but the rule's only evidence is a compile error
+    reported to this project while the documentation allows it (and the NKI library may ship it):
+    nkicpu runs it as documented and warns, naming the rule and its evidence. This project's tests
+    turn it into an error (pyproject.toml), so its own kernels keep to the rule."""
+
+
+class NkiDeprecationWarning(DeprecationWarning):
+    """A kernel used a name NKI 0.8 deprecates (nkicpu/versions.py): it still runs as in NKI 0.7."""
+
+
+def rule_warning(rule, where, message):
+    return NkiRuleWarning(f"[{rule}] {where}: {message}")
 
 
 def rule_error(rule, where, message):

@@ -3,344 +3,50 @@ does (fp32 math, rounding to `dst.dtype`), writes into `dst` and records itself 
 
 Signatures, argument order and defaults follow the Neuron SDK 2.32 API stubs
 (nki/api/nki/isa/__init__.py). An argument value that is not modeled raises NotImplementedError.
+This module is the `nki.isa` namespace: the instructions below, those of the isa_* modules, the
+enums (isa_enums.py); the operand checks they share come from operands.py, bound here under
+private names so that the namespace shows only the API.
 """
 import warnings
 from contextlib import contextmanager
-from enum import Enum
-from types import ModuleType
 
 import numpy as np
 
-from . import indirect
-from .errors import ActivationRangeWarning, NkiValidationError, not_modeled, rule_error
-from .language import tile_size as TILE  # nl.tile_size, not shadowed by nc_matmul(tile_size=)
-from .memory import DTYPES, PMAX, PSUM_BANK_BYTES, dtype_name, is_float, is_hbm, is_psum, is_sbuf
+from . import core_sync, indirect, versions
+from .errors import ActivationRangeWarning, NkiValidationError, not_modeled, rule_error, rule_warning
+from .isa_enums import (REDUCE_CMD as _CMD, constants, dge_mode, dma_engine, engine,  # noqa: F401
+                        gpsimd_engine, matmul_perf_mode, nc_version, oob_mode, reduce_cmd, scalar_engine,
+                        tensor_engine, unknown_engine, vector_engine)
+from .isa_enums import check_enum as _enum
+from .isa_reduce import range_select, tensor_partition_reduce, tensor_scalar_reduce  # noqa: F401
+from .isa_scan import tensor_tensor_scan  # noqa: F401
+from .isa_select import affine_select, tensor_copy_predicated  # noqa: F401
+from .isa_shuffle import nc_stream_shuffle  # noqa: F401
+from .isa_top8 import max8, nc_find_index8  # noqa: F401
+from .isa_transpose import matmul_transpose as _matmul_transpose
+from .memory import DTYPES, dtype_name, is_float, is_hbm, is_psum, is_sbuf
+from .operands import F32, NkiInstruction  # noqa: F401
+from .operands import (apply_op as _apply, binary_operands as _binary_operands,
+                       bitvec_dtypes as _bitvec_dtypes, cast_to as _cast, check_dst as _dst,
+                       check_op as _op, check_placement as _check_placement, engine_name as _engine_name,
+                       fp32_rows as _pf, matmul_buffers as _matmul_buffers,
+                       no_gpsimd_psum as _no_gpsimd_psum, on_chip as _on_chip,
+                       one_psum_bank as _one_psum_bank, psum_whole_words as _psum_whole_words,
+                       record as _record, same_layout as _same_layout,
+                       same_start_partition as _same_start_partition, scalar_operand as _scalar_operand,
+                       start_partition as _start_partition, tensor_arg as _tensor, write as _write)
 from .ops import Op
-from .record import Access, access_of
+from .record import access_of
 from .run import current_run
 from .tensor import NkiTensor
+from .tiles import tile_size as TILE  # nl.tile_size, not shadowed by nc_matmul(tile_size=)
 
 __all__ = ["NkiValidationError"]  # the rest is the documented API below
-
-F32 = np.float32
-
-
-class engine(Enum):
-    tensor = 1
-    vector = 5
-    scalar = 2
-    gpsimd = 3
-    dma = 4
-    sync = 6
-    unknown = 0
-
-
-# Deprecated aliases the SDK isa stub still documents ("deprecated: use engine.tensor", ...).
-tensor_engine, vector_engine, scalar_engine = engine.tensor, engine.vector, engine.scalar
-gpsimd_engine, unknown_engine = engine.gpsimd, engine.unknown
-
-
-class reduce_cmd(Enum):
-    idle = 0
-    reset = 1
-    reduce = 2
-    reset_reduce = 3
-    load_reduce = 4
-
-
-class dge_mode(Enum):
-    unknown = 0
-    swdge = 1
-    hwdge = 2
-    none = 3
-
-
-class oob_mode(Enum):
-    error = 0
-    skip = 1
-
-
-class matmul_perf_mode(Enum):
-    none = "none"
-    double_row = "double_row"
-
-
-class nc_version(Enum):
-    gen2 = 2
-    gen3 = 3
-    gen4 = 4
-
-
-class dma_engine(Enum):
-    dma = 1
-    gpsimd_dma = 2
-
-
-# `nki.isa.constants`: not in the SDK API stubs or docs, but the module the NKI library imports these
-# enums from (`from nki.isa.constants import dge_mode, oob_mode`, LIB core/moe/moe_cte/moe_cte_utils.py;
-# `matmul_perf_mode`, core/output_projection/output_projection_tkg.py); only those names are in it.
-constants = ModuleType("nki.isa.constants", "The nki.isa enums under the module path the NKI library imports.")
-constants.dge_mode, constants.oob_mode, constants.matmul_perf_mode = dge_mode, oob_mode, matmul_perf_mode
-
-
-_CMD = reduce_cmd  # the enum, under a name the `reduce_cmd=` parameters do not shadow
-_ENUMS = {"engine": engine, "reduce_cmd": reduce_cmd, "dge_mode": dge_mode, "oob_mode": oob_mode,
-          "perf_mode": matmul_perf_mode}
-
-
-def _enum(value, arg, where):
-    """An enum argument must be a member of its nisa enum; raw integers are rejected (NKI 0.3.0)."""
-    cls = _ENUMS[arg]
-    if not isinstance(value, cls):
-        raise TypeError(f"{where}: {arg} must be a nisa.{cls.__name__} member, got {value!r} "
-                        f"(raw integer enum constants are rejected since NKI 0.3.0)")
-    return value
 
 
 def get_nc_version():
     """nkicpu models a trn2 NeuronCore (NeuronCore-v3)."""
     return nc_version.gen3
-
-
-class NkiInstruction:
-    """Opaque handle to a recorded instruction; `depends_on` adds explicit scheduling edges."""
-
-    def __init__(self, record):
-        self._record = record
-
-    def depends_on(self, *producers):
-        self._record.depends_on.extend(p._record.index for p in producers)
-        return self
-
-
-# -- shared checks and numerics ---------------------------------------------------------------
-
-def _tensor(x, where, arg):
-    if not isinstance(x, NkiTensor):
-        raise TypeError(f"{where}: {arg} must be an NkiTensor, got {type(x).__name__}")
-    return x
-
-
-def _on_chip(t, where, arg):
-    _tensor(t, where, arg)
-    if is_hbm(t.buffer):
-        raise rule_error("on-chip-operand", where, f"{arg} must be in SBUF or PSUM, got {t.buffer.name} ({t!r})")
-    if t.partitions > PMAX:
-        raise rule_error("partition-dim", where, f"{arg} spans {t.partitions} partitions; at most {PMAX}")
-    if not t.partition_stride_ok():
-        raise rule_error("partition-contiguous", where, f"{arg} must address consecutive partitions (no partition step)")
-    _engine_access_pattern(t, where, arg)
-    return t
-
-
-# How a compute engine addresses an SBUF/PSUM operand (SDK nki/guides/architecture/
-# trainium_inferentia2_arch.rst "Accessing SBUF/PSUM tensors using compute engines", which
-# trainium2_arch.rst keeps for NeuronCore-v3; nki/deep-dives/nki-aps.rst "Hardware Capability"):
-# a start partition that depends on the partition count, at most four free dims, each with a
-# uint16 size and an int16 stride in elements. Public neuronx-cc verifier errors for the same rules:
-# github.com/aws-neuron/aws-neuron-sdk/issues/600 (start partition), /859 (48 partitions from 32),
-# /284 (step -48528 < -32768). DMA is not checked here: the compiler turns a dma_copy into lists of
-# contiguous DMA buffers (trainium_inferentia2_arch.rst "Data movement between HBM and SBUF using
-# DMAs"), not into an engine access pattern.
-AP_MAX_FREE_DIMS = 4
-AP_SIZE_MAX = 2 ** 16 - 1                 # uint16
-AP_STRIDE_MIN, AP_STRIDE_MAX = -2 ** 15, 2 ** 15 - 1   # int16
-
-
-def _start_partitions(n):
-    """Partitions an operand spanning n partitions may start at."""
-    return (0,) if n > 64 else (0, 64) if n > 32 else (0, 32, 64, 96)
-
-
-def _start_partition(t):
-    """The partition an on-chip view starts at."""
-    return t.offset // t._alloc.row_elems
-
-
-def _free_pattern(t):
-    """The free [stride, size] pairs an engine gets for view t: size-1 dims dropped, and a dim merged
-    with the next inner one where the two are contiguous with each other (and the size stays uint16)."""
-    dims = []
-    for s, n in zip(t.strides[1:], t.shape[1:]):
-        if n == 1:
-            continue
-        if dims and dims[-1][0] == s * n and dims[-1][1] * n <= AP_SIZE_MAX:
-            dims[-1] = [s, dims[-1][1] * n]
-        else:
-            dims.append([s, n])
-    return dims
-
-
-def _engine_access_pattern(t, where, arg):
-    start = _start_partition(t)
-    if start not in _start_partitions(t.partitions):
-        raise rule_error("ap-start-partition", where,
-                         f"{arg} spans {t.partitions} partitions from partition {start}; an operand of "
-                         f"{t.partitions} partitions must start at partition {_start_partitions(t.partitions)}")
-    pattern = _free_pattern(t)
-    if len(pattern) > AP_MAX_FREE_DIMS:
-        raise rule_error("ap-free-dims", where, f"{arg} has {len(pattern)} free dims {pattern} ([stride, size] after "
-                                                f"merging contiguous dims); an engine access pattern has at most "
-                                                f"{AP_MAX_FREE_DIMS}")
-    for s, n in pattern:
-        if n > AP_SIZE_MAX:
-            raise rule_error("ap-size", where, f"{arg} has a free dim of {n} elements; an access pattern size is a "
-                                               f"uint16 (at most {AP_SIZE_MAX})")
-        if not AP_STRIDE_MIN <= s <= AP_STRIDE_MAX:
-            raise rule_error("ap-stride", where, f"{arg} has a free stride of {s} elements; an access pattern stride is "
-                                                 f"an int16 ({AP_STRIDE_MIN}..{AP_STRIDE_MAX})")
-
-
-def _dst(t, where):
-    steps = list(zip(t.strides, t.shape))
-    if t.is_indirect() and t._indirect.vector:   # its partition step is ignored: each partition has its row
-        steps = steps[1:]
-    if any(s == 0 and n > 1 for s, n in steps):
-        raise rule_error("dst-broadcast", where, f"dst {t!r} has a stride-0 (broadcast) dim; it must address distinct elements")
-    return t
-
-
-def _psum_whole_words(t, where):
-    """A sub-word (bf16, fp8, ...) TensorE write to PSUM must start on a 4-byte word of each partition.
-
-    PSUM is organised in 4-byte elements (trainium_inferentia2_arch.rst "Near-memory accumulation
-    in PSUM": read-accumulate-write "to every 4B element"). The neuronx-cc backend verifier rejects a
-    write of narrower elements at a per-partition byte offset that is not a multiple of 4, e.g. bf16
-    nc_transposes of [P, 1] tiles packed side by side in one PSUM tile (2-byte offsets; a compile
-    error reported to this project, no public doc states the rule). The size need not be a multiple
-    of 4: the NKI library pads only the offset (LIB core/subkernels/norm_tkg_utils.py,
-    _PSUM_ALIGNMENT_BYTES) and writes 2 bytes per partition at one token in kernels whose tests
-    carry hardware cycle counts (LIB test_mlp_tkg.py). A strided write is held to the rule run by run.
-    The evidence is TensorE writes only: VectorE and ScalarE read and write PSUM like a regular SRAM
-    (trainium_inferentia2_arch.rst, 'Near-memory accumulation in PSUM'), so their writes are not held to it.
-    """
-    if t.dtype.itemsize >= 4:
-        return
-    item = t.dtype.itemsize
-    elems = np.unique(t.flat_indices()[0].ravel() % t._alloc.row_elems)    # one partition's elements
-    starts = elems[np.concatenate(([True], np.diff(elems) != 1))]             # first element of each run
-    bad = starts[(starts * item) % 4 != 0]
-    if bad.size:
-        raise rule_error("psum-subword-write", where,
-                         f"dst {t!r} writes {t.dtype.name} elements starting at byte offset {int(bad[0]) * item} "
-                         f"of a partition: PSUM is written in 4-byte words, so a write of elements narrower than "
-                         f"4 bytes must start on a word (byte offset a multiple of 4); stage it through fp32 PSUM "
-                         f"or pad the offset")
-
-
-def _same_start_partition(where, **inputs):
-    """The on-chip inputs an ALU instruction combines element by element start on one partition.
-
-    Each engine lane reads one partition of every input at once; the engine can move data across
-    partitions only between an input and the output (trainium_inferentia2_arch.rst, 'Cross-Partition
-    Connectivity'). The NKI library copies an operand to partition 0 "for tensor_tensor base partition
-    alignment" (LIB core/embeddings/rope.py, RoPE_sbuf) and writes the result to partitions 64.. from
-    inputs on partitions 0.. . Scalar operands (Python numbers) have no partition.
-    """
-    starts = {arg: _start_partition(t) for arg, t in inputs.items() if isinstance(t, NkiTensor)}
-    if len(set(starts.values())) > 1:
-        raise rule_error("input-start-partition", where,
-                         f"inputs start on different partitions {starts}; the inputs of one instruction must "
-                         f"start on the same partition (copy one to the other's partitions first); dst may "
-                         f"start elsewhere")
-
-
-def _same_layout(a, b, where, an, bn):
-    if a.partitions != b.partitions or a.free_size != b.free_size:
-        raise rule_error("operand-shape", where,
-                         f"{an} and {bn} must have the same partitions and elements per partition, got "
-                         f"{a.partitions}x{a.free_size} ({list(a.shape)}) and {b.partitions}x{b.free_size} ({list(b.shape)})")
-
-
-def _no_gpsimd_psum(eng, tensors, where):
-    if eng == "gpsimd" and any(is_psum(t.buffer) for t in tensors if isinstance(t, NkiTensor)):
-        raise rule_error("gpsimd-psum", where, "GpSimd cannot access PSUM")
-
-
-def _pf(t):
-    """fp32 values of an on-chip view as [partitions, elements per partition]."""
-    return np.asarray(t.numpy(), dtype=F32).reshape(t.partitions, -1)
-
-
-def _cast(values, dtype):
-    if is_float(dtype):
-        return values.astype(dtype)
-    info = np.iinfo(dtype)  # fp32 -> int: round to nearest even, saturate (as the hardware)
-    # In float64: the int32 bounds are not fp32 numbers (fp32(2**31 - 1) == 2**31 would overflow the cast).
-    wide = np.nan_to_num(np.asarray(values, dtype=np.float64))
-    return np.clip(np.rint(wide), info.min, info.max).astype(dtype)
-
-
-def _write(dst, values, cast=True):
-    out = dst.numpy()
-    values = np.asarray(values).reshape(dst.shape)
-    out[...] = _cast(values, dst.dtype) if cast else values
-    if is_psum(dst.buffer):
-        dst._alloc.matmul_written[dst.flat_indices().ravel()] = False
-
-
-def _scalar_operand(x, data, where, arg, fp32=True):
-    """A Python scalar, or a [P, 1] tile (fp32 where the instruction requires it) broadcast along the free dim."""
-    if isinstance(x, NkiTensor):
-        _on_chip(x, where, arg)
-        if x.partitions != data.partitions or x.free_size != 1:
-            raise rule_error("scalar-operand", where,
-                             f"{arg} must be a scalar or a [{data.partitions}, 1] tile, got {list(x.shape)}")
-        if fp32 and x.dtype != DTYPES["float32"]:
-            raise rule_error("scalar-operand", where, f"{arg} tile must be float32, got {x.dtype.name}")
-        return _pf(x)
-    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{where}: {arg} must be a number or an NkiTensor, got {type(x).__name__}")
-    return F32(x)
-
-
-def _engine_name(e, where):
-    return _enum(e, "engine", where).name
-
-
-def _op(op, where, arg, act=False):
-    if not isinstance(op, Op):
-        raise TypeError(f"{where}: {arg} must be an nl operator such as nl.add, got {op!r}")
-    if op.name == "divide":
-        raise rule_error("no-divide", where, "there is no divide ALU op on the hardware; multiply by nisa.reciprocal")
-    if act and not op.act:
-        raise rule_error("activation-function", where, f"{arg}={op!r} is not a ScalarE activation function")
-    if not act and not op.alu:
-        raise rule_error("alu-op", where, f"{arg}={op!r} is not an ALU operator")
-    if not act and op.name in TRN3_ALU_OPS:
-        raise rule_error("alu-op", where, f"{arg}={op!r} is an ALU operator on trn3 only; on trn2 use "
-                                          f"nisa.activation(op={op!r})")
-    return op
-
-
-# Unary ALU ops the Vector/GpSimd engines have only from NeuronCore-v4 (trn3) on
-# (SDK nki/api/nki.api.shared.rst, 'Supported Math Operators for NKI ISA').
-TRN3_ALU_OPS = {"square", "relu"}
-
-
-def _bitvec_dtypes(op, tensors, where):
-    """Bitvec operators treat elements as bit patterns: every operand must be an integer tile."""
-    bad = [t for t in tensors if is_float(t.dtype)]
-    if bad:
-        raise rule_error("bitvec-dtype", where, f"bitvec operator {op!r} needs integer tiles, got "
-                                               f"{sorted({t.dtype.name for t in bad})}")
-
-
-def _apply(op, x, operand, reverse):
-    if op.unary:
-        return op.fn(x)
-    return op.fn(operand, x) if reverse else op.fn(x, operand)
-
-
-def _record(opcode, eng, reads, writes, **args):
-    """Record an instruction; its reads and writes are tensor views, or Accesses already made."""
-    ins = current_run(f"nisa.{opcode}").record(eng, opcode, [_access(t) for t in reads],
-                                               [_access(t) for t in writes], **args)
-    return NkiInstruction(ins)
-
-
-def _access(t):
-    return t if isinstance(t, Access) else access_of(t)
 
 
 # -- data movement ----------------------------------------------------------------------------
@@ -371,15 +77,18 @@ def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode
         _indirect_dge(indexed[0][0], dge_mode, where)
     if dst.size != src.size:
         raise rule_error("dma-size", where, f"dst has {dst.size} elements ({list(dst.shape)}), src {src.size} ({list(src.shape)})")
-    # neuronx-cc rejects a DMA between SBUF and a view whose dim 0 differs from the SBUF side's
-    # partition count, though the docs ask only for equal element counts (a compile error reported
-    # to this project; no public doc states it): the HBM side must be viewed with the on-chip side's
-    # partition count first (a contiguous reshape). HBM -> HBM copies have no partitions to match.
+    # neuronx-cc once rejected a DMA between SBUF and a view whose dim 0 differs from the SBUF side's
+    # partition count (a compile error reported to this project), but the dma_copy docs ask only
+    # for equal element counts, and the NKI library's gdn_tkg (Neuron 2.33) loads A_log through a
+    # stride-0 [B, nv] view into a [1, B * nv] tile. So nkicpu copies element k to element k, as
+    # documented, and warns. HBM -> HBM copies have no partitions to match.
     if not (is_hbm(dst.buffer) and is_hbm(src.buffer)) and dst.shape[0] != src.shape[0]:
-        raise rule_error("dma-partition-count", where,
-                         f"dst has {dst.shape[0]} in dim 0 ({list(dst.shape)} in {dst.buffer.name}), src "
-                         f"{src.shape[0]} ({list(src.shape)} in {src.buffer.name}); with an on-chip side both must "
-                         f"have its partition count in dim 0 (reshape the HBM view first)")
+        warnings.warn(rule_warning(
+            "dma-partition-count", where,
+            f"dst has {dst.shape[0]} in dim 0 ({list(dst.shape)} in {dst.buffer.name}), src {src.shape[0]} "
+            f"({list(src.shape)} in {src.buffer.name}): the dma_copy docs ask only for equal element counts, "
+            f"but neuronx-cc refused such a DMA in a compile error reported to this project; a view of the "
+            f"HBM side with the on-chip side's partition count in dim 0 avoids the question"), stacklevel=2)
     _dst(dst, where)
     # oob_mode=skip skips "the DMA transfer for a given dynamic address or index when it is out of
     # bound" (dma_copy docs): a DMA without an indirect access has no dynamic index, so there it changes
@@ -511,50 +220,6 @@ def _check_tiling(tile_position, tile_size, K, M, where):
         raise rule_error("matmul-tiling", where, f"the stationary tile [{K}, {M}] must fit tile_size {tile_size}")
 
 
-def _check_placement(dst, stationary, moving, tile_position, tile_size, where):
-    """Where a matmul's operands and result sit must match the PE array tile it runs on.
-
-    SBUF partition p feeds PE row p (trainium2_arch.rst: "each partition feeding data into each row
-    of processing elements"), so stationary and moving start on one partition, inside the tile's
-    rows; PE column c writes PSUM partition c (the free axis of the stationary becomes the partition
-    axis of the output, trainium_inferentia2_arch.rst), so dst starts at the tile's first column, 0
-    without tiling. The NKI library places them so (LIB core/qkv/qkv_tkg.py, core/router_topk/
-    router_topk.py and core/mlp/mlp_tkg: column tile c0 writes dst rows c0 .. c0 + T).
-    """
-    (r0, c0), rows = (tile_position, tile_size[0]) if tile_size else ((0, 0), PMAX)
-    s0, m0, d0 = _start_partition(stationary), _start_partition(moving), _start_partition(dst)
-    if s0 != m0:
-        raise rule_error("matmul-placement", where, f"stationary starts at partition {s0} and moving at {m0}; "
-                                                    f"partition p feeds PE row p, so both start on one partition")
-    if not (r0 <= s0 and s0 + stationary.partitions <= r0 + rows):
-        raise rule_error("matmul-placement", where,
-                         f"stationary and moving sit on partitions {s0}..{s0 + stationary.partitions - 1}, outside "
-                         f"the PE rows {r0}..{r0 + rows - 1} of tile_position {tuple(tile_position)}, tile_size "
-                         f"{tuple(tile_size)}: partition p feeds PE row p")
-    if d0 != c0:
-        raise rule_error("matmul-placement", where,
-                         f"dst starts at PSUM partition {d0}; PE column c writes PSUM partition c, so dst must "
-                         f"start at the tile's first column {c0}"
-                         + ("" if tile_size else " (no tiling: the whole array)"))
-
-
-def _psum_bank_span(t):
-    """First and last byte (per partition) a PSUM view touches, from the start of its allocation's first bank."""
-    a = t._alloc
-    item = a.dtype.itemsize
-    first = t.offset % a.row_elems
-    last = first + sum((n - 1) * s for n, s in zip(t.shape[1:], t.strides[1:]))
-    return first * item, last * item + item - 1
-
-
-def _one_psum_bank(dst, where):
-    """A TensorE output stays within one 2 KiB PSUM bank of each partition."""
-    lo, hi = _psum_bank_span(dst)
-    if lo // PSUM_BANK_BYTES != hi // PSUM_BANK_BYTES:
-        raise rule_error("psum-bank", where, f"dst spans bytes {lo}..{hi} of a partition; a TensorE output must "
-                                             f"stay within one 2 KiB PSUM bank")
-
-
 # -- fp32 matmul numerics ---------------------------------------------------------------------
 # What TensorE computes for fp32 operands is not documented. Public trn2 profiles show every fp32
 # nc_matmul as two LoadStationary + MultiplyMoving passes, the first tagged fp32_mode=LOW_HIGH and
@@ -620,11 +285,7 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
         return _matmul_transpose(dst, stationary, moving, accumulate, tile_position, tile_size, perf_mode, name)
     if _enum(perf_mode, "perf_mode", where) != matmul_perf_mode.none:
         raise not_modeled(f"nc_matmul perf_mode={perf_mode}")
-    if not (is_sbuf(stationary.buffer) and is_sbuf(moving.buffer)):
-        raise rule_error("matmul-inputs-sbuf", where, f"stationary and moving must be in SBUF, got "
-                                                      f"{stationary.buffer.name} and {moving.buffer.name}")
-    if not is_psum(dst.buffer):
-        raise rule_error("matmul-dst-psum", where, f"dst must be a PSUM tile, got {dst.buffer.name}")
+    _matmul_buffers(where, dst, stationary, moving)
     if dst.dtype != DTYPES["float32"]:
         raise rule_error("matmul-dst-fp32", where, f"dst must be float32 on trn2, got {dst.dtype.name}")
     dts = {stationary.dtype.name, moving.dtype.name}
@@ -812,12 +473,7 @@ def tensor_tensor(dst, data1, data2, op, engine=engine.unknown, name=None):
     _op(op, where, "op")
     if op.unary:
         raise rule_error("alu-op", where, f"op={op!r} is unary; tensor_tensor needs a binary operator")
-    for t, arg in ((dst, "dst"), (data1, "data1"), (data2, "data2")):
-        _on_chip(t, where, arg)
-    _same_layout(data1, data2, where, "data1", "data2")
-    _same_layout(dst, data1, where, "dst", "data1")
-    if is_psum(data1.buffer) and is_psum(data2.buffer):
-        raise rule_error("psum-operands", where, "data1 and data2 cannot both be in PSUM")
+    _binary_operands(where, dst, data1, data2, "data1", "data2")
     _same_start_partition(where, data1=data1, data2=data2)
     eng = _engine_name(engine, where)
     any_psum = any(is_psum(t.buffer) for t in (dst, data1, data2))
@@ -906,12 +562,7 @@ def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False
         raise rule_error("alu-op", where, "scalar_tensor_tensor takes arithmetic operators only")
     if op1.unary:
         raise rule_error("alu-op", where, f"op1={op1!r} is unary; op1 combines the tile operand1 and needs a binary operator")
-    for t, arg in ((dst, "dst"), (data, "data"), (operand1, "operand1")):
-        _on_chip(t, where, arg)
-    _same_layout(data, operand1, where, "data", "operand1")
-    _same_layout(dst, data, where, "dst", "data")
-    if is_psum(data.buffer) and is_psum(operand1.buffer):
-        raise rule_error("psum-operands", where, "data and operand1 cannot both be in PSUM")
+    _binary_operands(where, dst, data, operand1, "data", "operand1")
     # scalar_tensor_tensor's docs allow an operand0 tile of any dtype (tensor_scalar's must be fp32).
     val = None if op0.unary else _scalar_operand(operand0, data, where, "operand0", fp32=False)
     _same_start_partition(where, data=data, operand0=operand0, operand1=operand1)
@@ -1077,64 +728,20 @@ def dma_transpose(dst, src, axes=None, priority=None, dge_mode=dge_mode.unknown,
 
 def core_barrier(data, cores, engine=engine.gpsimd, name=None):
     """Wait until both programs of an LNC=2 launch have reached this barrier (NKI 0.7's name;
-    NKI 0.8 calls it nki.lnc.core_barrier). See `_barrier`."""
-    return _barrier("nisa.core_barrier", data, cores, engine, name)
-
-
-# The engines a barrier may run on: the compute engines the cost model has queues for. The stub
-# names none; SyncE has no instruction queue in nkicpu's model (nkicpu/schedule.py).
-_BARRIER_ENGINES = ("gpsimd", "vector", "scalar", "tensor")
-
-
-def _barrier(where, data, cores, engine, name):
-    """A core_barrier (SDK isa stub, core_barrier): each core updates a semaphore of the other and
-    waits for the other's, on `engine` only (GpSimd by default; `engine.unknown`, the default
-    before NKI 0.3.0, is GpSimd too: nki/migration/index.rst); `cores` is (0, 1), the two physical
-    cores of an LNC=2 launch; `data` is the shared HBM tensor both cores access around it.
-
-    The programs of the launch wait for each other here (nkicpu/grid.py); the run stops checking
-    accesses to `data` on either side of the barrier for races, and the barrier is recorded on
-    its engine as writing `data` (it changes no element, but for the cost model's dependency rule
-    every later access to `data` on this core must wait for it and it for every earlier one).
-
-    The NKI library also calls it with `cores=(0)` when it runs on one shard, and once with an SBUF
-    tile as `data` (LIB core/moe/moe_cte/bwmm_shard_on_I.py); the stub allows neither, and nkicpu
-    follows the stub."""
-    _tensor(data, where, "data")
-    eng = _engine_name(engine, where)
-    run = current_run(where)
-    if run.programs != 2:
-        launch = "launched without a grid" if run.programs is None else f"launched as kernel[{run.programs}]"
-        raise rule_error("lnc-barrier", where, f"the kernel was {launch}; core_barrier synchronises the two "
-                                               f"physical cores of an LNC=2 launch kernel[2] (nkicpu does not "
-                                               f"model separate LNC=1 launches on the two cores of a pair)")
-    if not isinstance(cores, (tuple, list)) or tuple(cores) != (0, 1):
-        raise rule_error("lnc-barrier", where, f"only cores=(0, 1) is supported (the two physical cores of an "
-                                               f"LNC=2 launch), got cores={cores!r}")
-    if data.buffer.value != "shared_hbm":
-        raise rule_error("lnc-barrier", where, f"data must be in shared HBM (nl.shared_hbm, or a kernel argument "
-                                               f"of a launch grid), got {data!r} in {data.buffer.name}")
-    eng = "gpsimd" if eng == "unknown" else eng
-    if eng not in _BARRIER_ENGINES:
-        raise not_modeled(f"{where} on engine.{eng} (it runs on {', '.join(_BARRIER_ENGINES)} here)")
-    return NkiInstruction(run.core_barrier(access_of(data), eng, name))
+    NKI 0.8 calls it nki.lnc.core_barrier and deprecates this name). See
+    `core_sync.core_barrier`."""
+    versions.deprecated("nisa.core_barrier")
+    return core_sync.core_barrier("nisa.core_barrier", data, cores, engine, name)
 
 
 def sendrecv(src, dst, send_to_rank, recv_from_rank, pipe_id, dma_engine=dma_engine.dma, name=None):
-    raise not_modeled("nisa.sendrecv: the programs of a launch grid run in turns here and cannot exchange "
-                      "SBUF data")
-
-
-# The rest of the documented instructions, in small modules that use the helpers above.
-from .isa_reduce import range_select, tensor_partition_reduce, tensor_scalar_reduce  # noqa: E402
-from .isa_scan import tensor_tensor_scan  # noqa: E402
-from .isa_select import affine_select, tensor_copy_predicated  # noqa: E402
-from .isa_shuffle import nc_stream_shuffle  # noqa: E402
-from .isa_top8 import max8, nc_find_index8  # noqa: E402
-from .isa_transpose import _matmul_transpose  # noqa: E402
+    versions.deprecated("nisa.sendrecv")
+    core_sync.sendrecv("nisa.sendrecv")
 
 
 def __getattr__(attr):
     if attr.startswith("__"):
         raise AttributeError(f"module 'nki.isa' has no attribute {attr!r}")  # hasattr() probes
+    if f"nisa.{attr}" in versions.DEPRECATED_0_8:
+        versions.deprecated(f"nisa.{attr}")
     raise not_modeled(f"nki.isa.{attr}")

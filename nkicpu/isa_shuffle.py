@@ -8,7 +8,7 @@ start-partition rule for ceil(max(partitions) / 32) * 32 active partitions.
 import numpy as np
 
 from .errors import rule_error
-from .isa import _dst, _on_chip, _record, _write
+from .operands import check_dst, on_chip, record, write
 
 QUADRANT = 32
 KEEP = 255      # shuffle_mask entry: leave that output partition unchanged
@@ -20,8 +20,8 @@ def _start_rule(active):
 
 def nc_stream_shuffle(dst, src, shuffle_mask, name=None):
     where = "nisa.nc_stream_shuffle"
-    _on_chip(dst, where, "dst")
-    _on_chip(src, where, "src")
+    on_chip(dst, where, "dst")
+    on_chip(src, where, "src")
     if dst.dtype != src.dtype:
         raise rule_error("shuffle-dtype", where, f"dst must have src's dtype {src.dtype.name}, got {dst.dtype.name}")
     if dst.free_size != src.free_size:
@@ -49,7 +49,7 @@ def nc_stream_shuffle(dst, src, shuffle_mask, name=None):
                                                     f"src partition {q}; src has {src.partitions} (entries are 0..31 "
                                                     f"within a quadrant, or {KEEP} to keep dst)")
         out[p] = data[q]
-    _dst(dst, where)
-    _write(dst, out, cast=False)
+    check_dst(dst, where)
+    write(dst, out, cast=False)
     kept = [dst] if KEEP in mask[:min(dst.partitions, QUADRANT)] else []     # partitions left as they were
-    return _record("nc_stream_shuffle", "vector", [src] + kept, [dst], name=name)
+    return record("nc_stream_shuffle", "vector", [src] + kept, [dst], name=name)

@@ -8,14 +8,14 @@ work, and nki-library's router_topk interleaves them with VectorE tensor_copy ca
 import numpy as np
 
 from .errors import rule_error
-from .isa import _dst, _on_chip, _pf, _record, _same_start_partition, _write
+from .operands import check_dst, fp32_rows, on_chip, record, same_start_partition, write
 
 TOP8_MIN, TOP8_MAX = 8, 16384          # elements read per partition, inclusive
 INDEX8_DTYPES = ("uint16", "uint32")
 
 
 def _searched(t, where, arg):
-    _on_chip(t, where, arg)
+    on_chip(t, where, arg)
     if not TOP8_MIN <= t.free_size <= TOP8_MAX:
         raise rule_error("top8-size", where, f"{arg} must have {TOP8_MIN} to {TOP8_MAX} elements per partition, got "
                                              f"{t.free_size} ({list(t.shape)})")
@@ -30,27 +30,27 @@ def _eight(t, partitions, where, arg):
 def max8(dst, src, name=None):
     where = "nisa.max8"
     _searched(src, where, "src")
-    _on_chip(dst, where, "dst")
+    on_chip(dst, where, "dst")
     _eight(dst, src.partitions, where, "dst")
-    _dst(dst, where)
-    _write(dst, -np.sort(-_pf(src), axis=1)[:, :8])
-    return _record("max8", "vector", [src], [dst], name=name)
+    check_dst(dst, where)
+    write(dst, -np.sort(-fp32_rows(src), axis=1)[:, :8])
+    return record("max8", "vector", [src], [dst], name=name)
 
 
 def nc_find_index8(dst, data, vals, name=None):
     where = "nisa.nc_find_index8"
     _searched(data, where, "data")
-    _on_chip(vals, where, "vals")
-    _on_chip(dst, where, "dst")
+    on_chip(vals, where, "vals")
+    on_chip(dst, where, "dst")
     _eight(vals, data.partitions, where, "vals")
     _eight(dst, data.partitions, where, "dst")
     if dst.dtype.name not in INDEX8_DTYPES:
         raise rule_error("top8-dtype", where, f"dst holds indices: uint16 or uint32, got {dst.dtype.name}")
-    _same_start_partition(where, data=data, vals=vals)
-    _dst(dst, where)
-    x, v = _pf(data), _pf(vals)                     # compared as fp32, like every VectorE input
+    same_start_partition(where, data=data, vals=vals)
+    check_dst(dst, where)
+    x, v = fp32_rows(data), fp32_rows(vals)                     # compared as fp32, like every VectorE input
     hit = x[:, None, :] == v[:, :, None]            # [P, 8, n]
     first = hit.argmax(axis=2)
     missing = np.iinfo(dst.dtype).max               # "an all-ones sentinel" where a value is absent
-    _write(dst, np.where(hit.any(axis=2), first, missing).astype(dst.dtype), cast=False)
-    return _record("nc_find_index8", "vector", [data, vals], [dst], name=name)
+    write(dst, np.where(hit.any(axis=2), first, missing).astype(dst.dtype), cast=False)
+    return record("nc_find_index8", "vector", [data, vals], [dst], name=name)

@@ -11,22 +11,18 @@ or tiling in transpose mode.
 import numpy as np
 
 from .errors import not_modeled, rule_error
-from .isa import (TILE, _check_placement, _dst, _enum, _one_psum_bank, _psum_whole_words, _record, _write,
-                  matmul_perf_mode)
-from .memory import is_psum, is_sbuf
+from .isa_enums import check_enum, matmul_perf_mode
+from .operands import check_dst, check_placement, matmul_buffers, one_psum_bank, psum_whole_words, record, write
+from .tiles import tile_size as TILE  # nl.tile_size, not shadowed by tile_size= parameters
 
 TRANSPOSE_DTYPES = ("bfloat16", "float16", "float32")
 
 
-def _matmul_transpose(dst, stationary, moving, accumulate, tile_position, tile_size, perf_mode, name):
+def matmul_transpose(dst, stationary, moving, accumulate, tile_position, tile_size, perf_mode, name):
     where = "nisa.nc_matmul(is_transpose=True)"
-    if _enum(perf_mode, "perf_mode", where) != matmul_perf_mode.none or tile_position or tile_size or accumulate:
+    if check_enum(perf_mode, "perf_mode", where) != matmul_perf_mode.none or tile_position or tile_size or accumulate:
         raise not_modeled("nc_matmul(is_transpose=True) with perf_mode, tiling or accumulate=True")
-    if not (is_sbuf(stationary.buffer) and is_sbuf(moving.buffer)):
-        raise rule_error("matmul-inputs-sbuf", where, f"stationary and moving must be in SBUF, got "
-                                                      f"{stationary.buffer.name} and {moving.buffer.name}")
-    if not is_psum(dst.buffer):
-        raise rule_error("matmul-dst-psum", where, f"dst must be a PSUM tile, got {dst.buffer.name}")
+    matmul_buffers(where, dst, stationary, moving)
     if stationary.dtype.name not in TRANSPOSE_DTYPES:
         raise not_modeled(f"nc_matmul(is_transpose=True) of {stationary.dtype.name} (FP8 transposes to 16-bit PSUM)")
     if dst.dtype != stationary.dtype:
@@ -45,10 +41,10 @@ def _matmul_transpose(dst, stationary, moving, accumulate, tile_position, tile_s
     if dst.partitions != M or dst.free_size != K:
         raise rule_error("matmul-dst-shape", where, f"dst must be [{M}, {K}] (the stationary transposed), got "
                                                     f"{list(dst.shape)}")
-    _one_psum_bank(dst, where)
-    _check_placement(dst, stationary, moving, (), (), where)
-    _psum_whole_words(dst, where)
-    _dst(dst, where)
-    _write(dst, stationary.numpy().reshape(K, M).T, cast=False)
-    return _record("nc_matmul", "tensor", [stationary, moving], [dst], K=K, M=M, N=K, is_transpose=True,
+    one_psum_bank(dst, where)
+    check_placement(dst, stationary, moving, (), (), where)
+    psum_whole_words(dst, where)
+    check_dst(dst, where)
+    write(dst, stationary.numpy().reshape(K, M).T, cast=False)
+    return record("nc_matmul", "tensor", [stationary, moving], [dst], K=K, M=M, N=K, is_transpose=True,
                    accumulate=False, tile_position=(), tile_size=(), moving_dtype=moving.dtype.name, name=name)

@@ -7,15 +7,18 @@ Names, argument order and defaults follow the Neuron SDK 2.32 API stubs
 """
 import numpy as np
 
-from . import memory
-from .errors import not_modeled, rule_error
-from .memory import DTYPES, PMAX, MemoryRegion, check_dtype, is_hbm, is_on_chip, is_psum, is_sbuf
+from . import isa as _nisa
+from . import memory, versions
+from .allocate import ndarray
+from .errors import not_modeled
+from .memory import DTYPES, MemoryRegion, is_hbm, is_on_chip, is_psum, is_sbuf
 from .ops import OPS
 from .run import current_run, running
 from .tensor import DynamicSlice, NkiTensor
+from .tiles import tile_size
 
-__all__ = ["NkiTensor", "is_hbm", "is_on_chip", "is_psum", "is_sbuf",   # the API names imported from other modules
-           "broadcast_to", "empty_like", "load", "max", "min", "shared_constant", "shared_identity_matrix", "store",
+# The API names imported from other modules:
+__all__ = ["NkiTensor", "is_hbm", "is_on_chip", "is_psum", "is_sbuf", "ndarray", "tile_size", "broadcast_to", "empty_like", "load", "max", "min", "shared_constant", "shared_identity_matrix", "store",
            "sum"]
 
 # -- buffers and dtypes ---------------------------------------------------------------------
@@ -33,54 +36,10 @@ class NKIObject:
     """Base of the classes kernel code builds or takes (language guide, 'Class Support')."""
 
 
-class _TileSize:
-    """trn2 tile-size constants (the SDK 2.32 stub's nl.tile_size): the home of the TensorE and
-    VectorE limits; the memory sizes come from `nkicpu.memory`."""
-    pmax = PMAX
-    psum_bank_fmax_bytes = memory.PSUM_BANK_BYTES
-    psum_bank_fmax = psum_fmax = memory.PSUM_BANK_BYTES // 4   # fp32 elements in one bank
-    psum_num_banks = memory.PSUM_NUM_BANKS
-    gemm_stationary_fmax = 128                                 # the PE array's columns
-    gemm_moving_fmax = psum_bank_fmax                          # a matmul's output row fills one bank
-    bn_stats_fmax = 512
-    sbuf_size_bytes = PMAX * memory.SBUF_PARTITION_BYTES
-    sbuf_fmax_bytes = memory.SBUF_PARTITION_BYTES
-    sbuf_fmax = memory.SBUF_PARTITION_BYTES // 4
-    # "Usable SBUF free dimension per partition" (the tile_size docs): what is left for a kernel
-    # after the runtime's reserved region, the figure nkicpu's sbuf-capacity rule holds kernels to.
-    total_available_sbuf_size = memory.SBUF_USABLE_BYTES
-    # Byte alignment of a free-dim address: the values the NKI front end's tracer binds for every
-    # NeuronCore generation (github.com/leanprover/KLR, KLR/Trace.lean `kernelEnv`, at 1ca4ae0);
-    # PSUM's 4 is its 4-byte word (isa.py, _psum_whole_words).
-    psum_min_align = 4
-    sbuf_min_align = 1
-
-
-tile_size = _TileSize()
-
-
 # -- allocation -----------------------------------------------------------------------------
-def ndarray(shape, dtype, buffer=sbuf, name="", address=None):
-    where = f"nl.ndarray({name or 'unnamed'})"
-    if address is not None:
-        raise not_modeled("manual placement (address=)")
-    if not isinstance(buffer, MemoryRegion):
-        raise TypeError(f"{where}: buffer must be nl.sbuf, nl.psum, nl.hbm, nl.private_hbm or nl.shared_hbm, got {buffer!r}")
-    shape = tuple(shape)
-    if not shape or any(not isinstance(s, (int, np.integer)) or s < 1 for s in shape):
-        raise ValueError(f"{where}: shape must be a tuple of positive ints, got {shape}")
-    dt = check_dtype(dtype, where)
-    if is_on_chip(buffer) and shape[0] > PMAX:
-        raise rule_error("partition-dim", where, f"the partition dim (shape[0]) of a tensor in {buffer.name} must be "
-                                                 f"<= {PMAX}, got {shape[0]}")
-    alloc = current_run("nl.ndarray").allocate(shape, dt, buffer, name)
-    return NkiTensor.whole(alloc)
-
-
 def _filled(shape, dtype, buffer, name, value):
-    from . import isa
     t = ndarray(shape, dtype, buffer=buffer, name=name)
-    isa.memset(t, value if memory.is_float(np.dtype(dtype)) else int(value))
+    _nisa.memset(t, value if memory.is_float(np.dtype(dtype)) else int(value))
     return t
 
 
@@ -136,9 +95,9 @@ def program_ndim():
     return _grid()[2]
 
 
-# The experimental wrappers over nisa (imported last: language_wrappers reaches back into this module).
-# nl.copy stays the operator object above (activation op=nl.copy); calling it runs the wrapper.
-# sum, max and min shadow the builtins in this module from here on.
+# The experimental wrappers over nisa. nl.copy stays the operator object above (activation
+# op=nl.copy); calling it runs the wrapper. sum, max and min shadow the builtins in this module from
+# here on, so they are imported last.
 from .language_wrappers import (broadcast_to, empty_like, load, max, min, shared_constant,  # noqa: E402
                                 shared_identity_matrix, store, sum)
 
@@ -150,4 +109,6 @@ def device_print(print_prefix, tensor):
 def __getattr__(attr):
     if attr.startswith("__"):
         raise AttributeError(f"module 'nki.language' has no attribute {attr!r}")  # hasattr() probes
+    if f"nl.{attr}" in versions.REMOVED:
+        raise versions.removed(f"nl.{attr}")
     raise not_modeled(f"nki.language.{attr}")

@@ -11,23 +11,18 @@ import os
 
 import numpy as np
 
-from . import isa as nisa   # isa imports nkicpu.language: call its functions, do not bind them at import
+from . import isa as nisa
+from .allocate import ndarray
 from .errors import not_modeled, rule_error
 from .memory import MemoryRegion, check_dtype, dtype_name, is_hbm, is_psum
-from .ops import OPS
+from .operands import tensor_arg as _tensor
+from .ops import OPS, Op
 from .run import current_run
 from .tensor import NkiTensor
 
 
-def _tensor(x, where, arg):
-    if not isinstance(x, NkiTensor):
-        raise TypeError(f"{where}: {arg} must be an NkiTensor, got {type(x).__name__}")
-    return x
-
-
 def _new_tile(shape, dtype, like):
     """A new SBUF tile; `dtype=None` means the dtype of `like`."""
-    from .language import ndarray
     return ndarray(shape, like.dtype if dtype is None else dtype, buffer=MemoryRegion.sbuf)
 
 
@@ -122,7 +117,6 @@ def broadcast_to(x, shape, dtype=None):
 # -- allocation and constants ---------------------------------------------------------------------
 
 def empty_like(x, dtype=None, buffer=None, name=""):
-    from .language import ndarray
     _tensor(x, "nl.empty_like", "x")
     return ndarray(x.shape, x.dtype if dtype is None else dtype, buffer=x.buffer if buffer is None else buffer,
                    name=name)
@@ -138,7 +132,6 @@ def _constant(array, name, where):
     """A shared-HBM tensor holding `array`. The data is in HBM when the kernel starts (embedded in
     the compiled binary), so no instruction is recorded; in a launch grid every program gets the
     same storage and must pass the same data."""
-    from .language import ndarray
     dt = check_dtype(array.dtype, where)
     if dtype_name(dt) not in SHARED_CONSTANT_DTYPES:
         raise TypeError(f"{where}: the constant's dtype must be one of {sorted(SHARED_CONSTANT_DTYPES)}, got "
@@ -219,3 +212,7 @@ def call(op, *args, **kwargs):
     if op.unary:
         raise not_modeled(f"the experimental unary nl.{op.name}(x) wrapper; pass nl.{op.name} as op= to a nisa call")
     return binary(op, *args, **kwargs)
+
+
+# Calling an operator object, nl.add(x, y), runs `call` (nkicpu.ops.Op.__call__).
+Op.wrapper = call

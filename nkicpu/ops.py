@@ -20,9 +20,12 @@ class Op:
     def __repr__(self):
         return f"nl.{self.name}"
 
+    # What calling an operator does: the experimental nl wrapper (language_wrappers.call, which
+    # sets it when imported; this module imports nothing of nkicpu, so every module may import it).
+    wrapper = None
+
     def __call__(self, *args, **kwargs):
-        from .language_wrappers import call   # it imports nisa, which imports this module
-        return call(self, *args, **kwargs)
+        return Op.wrapper(self, *args, **kwargs)
 
 
 def _cmp(f):

@@ -3,7 +3,9 @@
 NKI 0.6's `@nki.jit` parses a subset of Python instead of running it, and the SDK's simulator
 guide warns that a kernel using anything else "will execute successfully on the simulator but
 fail to compile for hardware" (nki/guides/nki_simulator.rst). nkicpu runs kernels as Python, so it
-reads their source (`ast`) and refuses what the compiler would. Kernel code is the body of the
+reads their source (`ast`) and refuses what the compiler would. These are NKI 0.6's rules: NKI 0.7
+traces kernels in Python (announce-nki-specialization-change.html), which accepts more, so a kernel
+within the subset compiles under both; nkicpu keeps it for kernels that must still build with 0.6. Kernel code is the body of the
 kernel and of every project function it reaches: called, passed on, a nested `@nki.jit` kernel,
 the methods of an `NKIObject` class it builds; resolved through closures, `__globals__` and module
 or class attributes. nki / nkicpu, the standard library, installed packages and builtins are not
@@ -84,9 +86,8 @@ def _is_library_module(name):
 
 def _project_function(obj):
     """The plain function behind `obj` if it is project code, else None."""
-    from . import Kernel  # the package imports this module first
-    if isinstance(obj, Kernel):
-        obj = obj.fn
+    if _is_library_module(type(obj).__module__):   # an nki.jit kernel: its function, as functools
+        obj = getattr(obj, "__dict__", {}).get("__wrapped__", obj)   # wrappers keep it
     if isinstance(obj, (staticmethod, classmethod)):
         obj = obj.__func__
     if isinstance(obj, property):

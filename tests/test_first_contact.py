@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import ml_dtypes
+import numpy as np
 import pytest
 
 import kernels
@@ -20,6 +22,7 @@ FIXTURES = Path(__file__).parent / "fixtures"
 FIXTURE_LABEL = "hand-made fixture from the documented schema (not a capture)"
 SMALL = ["--config", "Qwen3.5-0.8B-TP8", "--batch", "1"]   # nk = nv = 2: LNC=2 splits the heads
 SUBSET = "in_proj,7_ready_first,5_two_cores"
+BF16 = ml_dtypes.bfloat16
 
 
 @pytest.mark.skipif(kernels.NKI_BACKEND != "nkicpu", reason="the --cpu report runs the CPU model")
@@ -148,3 +151,122 @@ def test_the_profiled_kernel_on_a_device_reports_the_measured_time(tmp_path, mon
     assert entry["ok"] and entry["measured"]["total_us"] == 42.0
     assert entry["measured"]["label"] == FIXTURE_LABEL
     assert (tmp_path / fc.PROFILED / "runner.log").read_text().startswith("# exit 0")
+
+
+# --- --simulate: nkicpu against nki.simulate ----------------------------------------------------
+
+def test_simulate_without_the_sdk_prints_the_plan_and_runs_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(on_trn, "neuron_sdk_importable", lambda: False)
+    monkeypatch.setattr(subprocess, "run", _no_process)
+    assert fc.main(["--simulate", *SMALL, "--kernels", "in_proj,pool_lnc2", "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("benchmarks.first_contact --simulate: the Neuron SDK's nki does not import here")
+    assert "Nothing was run." in out and not (tmp_path / "out").exists()
+    lines = [line.strip() for line in out.splitlines() if "-m benchmarks.cross_check" in line]
+    assert len(lines) == 4                                       # two sides of each kernel
+    for line, (name, side) in zip(lines, [(k, s) for k in ("in_proj", "pool_lnc2") for s in fc.cross_check.SIDES]):
+        assert f"-m benchmarks.cross_check {name} --inputs {tmp_path / 'out' / name / 'inputs'}" in line
+        assert line.endswith(f"--side {side}")
+        if side == "nki.simulate":
+            assert "NEURON_PLATFORM_TARGET_OVERRIDE=trn2" in line and "NKICPU=0" in line
+
+
+def test_simulate_and_cpu_are_refused_together(capsys):
+    with pytest.raises(SystemExit) as e:
+        fc.parse_args(["--simulate", "--cpu"])
+    assert e.value.code == 2 and "--cpu and --simulate" in capsys.readouterr().err
+
+
+def _side(work, side, outputs=(), arguments=(), error=None):
+    """A side's record and arrays, written by hand as the side process would."""
+    cc = fc.cross_check
+    out = Path(work) / side.replace("nki.simulate", "simulate")
+    out.mkdir(parents=True, exist_ok=True)
+    record = {"side": side, "ok": error is None, "error": error,
+              "outputs": [cc.save_array(out / f"out_{i}.npy", o) for i, o in enumerate(outputs)],
+              "arguments": [cc.save_array(out / f"arg_{i}.npy", a) if isinstance(a, np.ndarray) else None
+                            for i, a in enumerate(arguments)]}
+    (out / cc.RECORD).write_text(json.dumps(record))
+
+
+def _fixture(tmp_path):
+    """Inputs: an fp32 pool and a Python int; outputs: a bf16 tile and an fp32 state."""
+    cc = fc.cross_check
+    pool = np.arange(12, dtype=np.float32).reshape(3, 4)
+    cc.save_inputs(tmp_path / "inputs", [pool, 7])
+    out = np.linspace(-1, 1, 8, dtype=np.float32).astype(BF16).reshape(2, 4)
+    state = np.ones((2, 3), np.float32)
+    return pool, out, state
+
+
+RULES = [("out", "output"), ("new_state", "state")]
+
+
+def test_the_comparator_on_agreeing_sides(tmp_path):
+    pool, out, state = _fixture(tmp_path)
+    for side in fc.cross_check.SIDES:
+        _side(tmp_path, side, [out, state], [pool, 7])
+    result = fc.cross_check.compare_sides(tmp_path, RULES, tmp_path / "inputs")
+    assert result["agree"] is True and result["refused"] == {"nki.simulate": None, "nkicpu": None}
+    assert [(r["output"], r["max_abs_err"], r["ok"]) for r in result["outputs"]] == \
+        [("out", 0.0, True), ("new_state", 0.0, True)]
+    assert result["arguments_written"] == []                  # neither side wrote the pool
+    assert fc.format_agreement({"name": "k", **result}) == "agree: out 0.00e+00, new_state 0.00e+00"
+
+
+def test_the_comparator_reports_each_outputs_error_and_the_written_arguments(tmp_path):
+    pool, out, state = _fixture(tmp_path)
+    off = state.copy()
+    off[1, 2] += 0.5
+    off[0, 0] = np.nan                                        # NaN on one side only
+    pool_sim, pool_cpu = pool + 1, pool + 1
+    pool_cpu[2, 3] += 0.25
+    _side(tmp_path, "nki.simulate", [out, state], [pool_sim, 7])
+    _side(tmp_path, "nkicpu", [out, off], [pool_cpu, 7])
+    result = fc.cross_check.compare_sides(tmp_path, RULES, tmp_path / "inputs")
+    assert result["agree"] is False
+    first, second = result["outputs"]
+    assert first["ok"] and first["max_abs_err"] == 0.0
+    assert not second["ok"] and second["max_abs_err"] == 0.5 and second["nan_on_one_side"] == 1
+    (written,) = result["arguments_written"]
+    assert written == {"argument": 0, "written_by": ["nki.simulate", "nkicpu"], "max_abs_err": 0.25,
+                       "nan_on_one_side": 0, "bit_exact": False}
+    assert "new_state 5.00e-01 DIFFERS" in fc.format_agreement({"name": "k", **result})
+
+
+def test_the_comparator_names_the_side_that_refused(tmp_path):
+    pool, out, state = _fixture(tmp_path)
+    error = {"type": "SimulatorError", "message": "partition start 32 not allowed"}
+    _side(tmp_path, "nki.simulate", error=error)
+    _side(tmp_path, "nkicpu", [out, state], [pool, 7])
+    result = fc.cross_check.compare_sides(tmp_path, RULES, tmp_path / "inputs")
+    assert result["agree"] is None and result["outputs"] == []
+    assert result["refused"] == {"nki.simulate": error, "nkicpu": None}
+    assert fc.format_agreement({"name": "k", **result}) == \
+        "nki.simulate refused (SimulatorError: partition start 32 not allowed)"
+    (tmp_path / "nkicpu" / fc.cross_check.RECORD).unlink()     # a side process that wrote nothing
+    result = fc.cross_check.compare_sides(tmp_path, RULES, tmp_path / "inputs")
+    assert result["refused"]["nkicpu"]["type"] == "side process"
+
+
+@pytest.mark.skipif(kernels.NKI_BACKEND != "nkicpu", reason="runs the nkicpu side")
+def test_the_nkicpu_side_process_and_a_side_without_its_nki(tmp_path):
+    """The real side process on nkicpu; compared with a copy of itself it agrees bit for bit. The
+    simulator's side, run where `import nki` is nkicpu, records that as its refusal."""
+    import shutil
+    from kernels.reference import pipeline_inputs
+    from benchmarks.sweep import parse_config
+    shape = parse_config("Qwen3.5-0.8B-TP8").with_batch(1)
+    cc = fc.cross_check
+    cc.save_inputs(tmp_path / "inputs", BY_NAME["in_proj"].arguments(shape, pipeline_inputs(shape)))
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OPENBLAS_NUM_THREADS": "1", "NKICPU": "1"}
+    command, changes = cc.side_command("in_proj", tmp_path / "inputs", tmp_path, "nkicpu")
+    r = subprocess.run(command, cwd=REPO, env={**env, **changes}, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert cc.read_side(tmp_path, "nkicpu")["backend"] == "nkicpu"
+    shutil.copytree(tmp_path / "nkicpu", tmp_path / "simulate")
+    result = cc.compare_sides(tmp_path, BY_NAME["in_proj"].outputs, tmp_path / "inputs")
+    assert result["agree"] and [r["output"] for r in result["outputs"]] == ["mixed_qkv", "z", "a", "b"]
+    assert all(r["max_abs_err"] == 0.0 for r in result["outputs"])
+    record = cc.run_side("in_proj", tmp_path / "inputs", tmp_path / "other", "nki.simulate")
+    assert not record["ok"] and record["error"]["message"] == "`import nki` gave nkicpu, not neuron-sdk"

@@ -16,16 +16,18 @@ import kernels
 import nki
 import nkicpu
 from kernels.configs import SWEEP_SHARDS, TEST_SHARDS, GDNShape, model_shard
-from kernels.gdn_block import gdn_block_tkg, gdn_block_tkg_verify
+from kernels.block_plan import max_columns
+from kernels.gdn_block import gdn_block_tkg, gdn_block_tkg_pool, gdn_block_tkg_verify
+from kernels.pool_indices import pool_inputs
 from kernels.in_proj import MIN_SLICE_RUN_BYTES
 from kernels.steps.onchip import gdn_block_tkg_onchip
 from kernels.steps.queues import gdn_block_tkg_queues
 from kernels.steps.two_cores import gdn_block_tkg_two_cores
 from kernels.steps.z_last import gdn_block_tkg_z_last
 from nkicpu.schedule import lanes as schedule_lanes
-from kernels.reference import gdn_block_tkg_ref, make_inputs, to_numpy, to_torch
+from kernels.reference import gdn_block_tkg_ref, make_inputs, to_numpy, to_torch, token_inputs
 from tests.gdn_float64 import np_block
-from kernels.registry import BY_NAME
+from kernels.registry import BY_NAME, POOL_ARGS
 from tests.gdn_testing import (assert_bit_exact, assert_output_close, assert_state_close, composition_steps, f64,
                                rel_rmse, run_unmodified, shapes_param)
 
@@ -423,8 +425,67 @@ def test_lnc2_projects_its_own_q_k_columns_where_the_runs_are_long(shape):
 
 def test_rejects_a_batch_whose_activations_do_not_fit_on_chip():
     x = make_inputs(model_shard("Qwen3.5-0.8B", 1, B=512), seed=13)     # 155 KiB of activations
-    with pytest.raises(AssertionError, match=r"hidden: expected a batch whose on-chip activations.*got B \* T = 512 \* 1"):
+    with pytest.raises(AssertionError, match=r"hidden: expected at most B = 404 sequences of T = 1 tokens .*"
+                                             r"on-chip activations.*got B = 512"):
         nki.simulate(gdn_block_tkg)(*x.values())
+
+
+@pytest.mark.parametrize("lnc", [1, 2])
+@pytest.mark.parametrize("shape", SWEEP_SHARDS, ids=lambda s: s.name.replace(" ", "-"))
+def test_largest_admitted_batch_runs_at_every_sweep_shard(shape, lnc):
+    """The first check admits B * T up to block_plan.max_columns (in_proj's 512 columns, or fewer
+    where the activations fill their SBUF share first); the largest B it admits at T = 1 runs at
+    every sweep shard, one core and two, and matches the reference. (Qwen3-Next-80B TP4 once
+    admitted B = 853 and failed inside at B = 600, naming an internal tile.)"""
+    B = max_columns(shape.H, shape.nk, shape.nv)
+    x = make_inputs(shape.with_batch(B), seed=6)
+    kernel = gdn_block_tkg[2] if lnc == 2 else gdn_block_tkg
+    check(nki.simulate(kernel)(*x.values()), x)
+
+
+@pytest.mark.parametrize("lnc", [1, 2])
+def test_pool_form_runs_at_its_largest_batch(lnc):
+    """The pool form admits B <= 128 (its slot offsets hold one sequence per partition): B = 128
+    runs; at T = 1, reading and writing slot b, its pools are the plain step's new states."""
+    shape = model_shard("Qwen3.5-397B-A17B", 16, B=128)
+    x = make_inputs(shape, seed=8)
+    kernel = gdn_block_tkg_pool[2] if lnc == 2 else gdn_block_tkg_pool
+    check(nki.simulate(kernel)(*[pool_inputs(x)[a] for a in POOL_ARGS]), x)
+
+
+def _one_more(shape, T):
+    """Inputs of one sequence more than the largest batch the first check admits at T tokens."""
+    B = max_columns(shape.H, shape.nk, shape.nv) // T
+    return B, token_inputs(shape.with_batch(B + 1), T, seed=7)
+
+
+@pytest.mark.parametrize("shape", SWEEP_SHARDS, ids=lambda s: s.name.replace(" ", "-"))
+def test_refuses_one_sequence_more_naming_hidden_and_the_largest_batch(shape):
+    B, x = _one_more(shape, 1)
+    with pytest.raises(AssertionError, match=rf"^hidden: expected at most B = {B} sequences of T = 1 tokens "
+                                             rf".*got B = {B + 1}$"):
+        nki.simulate(gdn_block_tkg)(*x.values())
+
+
+@pytest.mark.parametrize("form", ["verify", "pool"])
+def test_verify_and_pool_forms_refuse_one_sequence_more(form):
+    """The three forms share the first check: at T = 8 the largest B is max_columns // 8."""
+    B, x = _one_more(model_shard("Qwen3-Next-80B", 4), 8)
+    assert B == 64
+    if form == "pool":
+        kernel, args = gdn_block_tkg_pool, [pool_inputs(x)[a] for a in POOL_ARGS]
+    else:
+        kernel, args = gdn_block_tkg_verify, list(x.values())
+    with pytest.raises(AssertionError, match=r"^hidden: expected at most B = 64 sequences of T = 8 tokens "
+                                             r".*got B = 65$"):
+        nki.simulate(kernel)(*args)
+
+
+def test_pool_form_refuses_129_sequences_naming_hidden():
+    x = token_inputs(model_shard("Qwen3.5-397B-A17B", 16, B=129), 1, seed=9)
+    with pytest.raises(AssertionError, match=r"^hidden: expected at most B = 128 sequences of T = 1 tokens "
+                                             r".*B <= 128 in the pool form.*got B = 129$"):
+        nki.simulate(gdn_block_tkg_pool)(*[pool_inputs(x)[a] for a in POOL_ARGS])
 
 
 def test_cpu_model_time_at_27b_tp8_b8():
