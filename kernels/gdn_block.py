@@ -75,8 +75,9 @@ def gdn_block_tkg(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_st
           Each program projects only its key heads' q | k columns when that slice is a weight-row
           run of at least MIN_SLICE_RUN_BYTES (kernels/in_proj.py), else q | k whole
           (block_plan.split_heads).
-        - The batch's activations must fit on chip: 2 * B * T * (4 * nk + 5 * nv + H / 128)
-          bytes per partition <= block_plan.ACTIVATION_SBUF_BYTES.
+        - B * T <= block_plan.max_columns(H, nk, nv): in_proj's MAX_BATCH (512) columns, and
+          activations of 2 * B * T * (4 * nk + 5 * nv + H / 128) bytes per partition within
+          block_plan.ACTIVATION_SBUF_BYTES; a larger batch fails naming hidden and the largest B.
         - T tokens: the weights stream once for all B * T; the conv slides each window T times;
           every token's gates and l2norm are prepared before the first state update; the state
           update runs token by token, the state between tokens kept in SBUF where the
@@ -143,6 +144,8 @@ def gdn_block_tkg_pool(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, co
             slots updated; every other slot keeps its bits.
 
     Notes:
+        - B <= block_plan.POOL_MAX_BATCH (128) besides gdn_block_tkg's limit: the slot offsets
+          hold one sequence per partition.
         - Check the indices on the host first, kernels.check_pool_indices(read_indices,
           write_indices, N): the kernel skips an out-of-range slot instead of failing
           (kernels/slots.py), so a bad index would go unnoticed.
