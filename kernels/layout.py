@@ -98,24 +98,28 @@ def gather_channel_major(dst, pool, c0, rows, offsets):
     skipped (oob_mode.skip): its columns of dst are undefined. Then load_channel_major's
     transposes."""
     P, nt, R, K = dst.shape
-    C = nt * P
-    row = pool.shape[1] * pool.shape[2]
     evictions = 0
     for r0 in range(0, R, nl.tile_size.pmax):
         rr = min(nl.tile_size.pmax, R - r0)
-        J = 1
-        if rr == 1:
-            J = _pieces(1, nt, P * K * _itemsize(pool.dtype))
-        tdt = _transpose_dtype(pool.dtype, rr * J)
-        staged = nl.ndarray((rr * J, C * K // J), tdt, buffer=nl.sbuf, name="rows_in")
-        if rr == 1:
-            src = pool.ap([[C * K // J, J], [1, C * K // J]], offset=c0 * K,
-                          scalar_offset=offsets[0:1, r0:r0 + 1], indirect_dim=0)
-        else:
-            src = pool.ap([[row, rr], [1, C * K]], offset=c0 * K,
-                          vector_offset=rows[r0:r0 + rr], indirect_dim=0)
+        src, J = _slot_rows(pool, c0, P, nt, rows, offsets, r0, rr)
+        staged = nl.ndarray((rr * J, nt * P * K // J), _transpose_dtype(pool.dtype, rr * J),
+                            buffer=nl.sbuf, name="rows_in")
         nisa.dma_copy(dst=staged, src=src, oob_mode=nisa.oob_mode.skip)
-        evictions = _rows_in(dst, staged.reshape((rr * J, C // J, K)), r0, J, evictions)
+        evictions = _rows_in(dst, staged.reshape((rr * J, nt * P // J, K)), r0, J, evictions)
+
+
+def _slot_rows(pool, c0, P, nt, rows, offsets, r0, rr):
+    """(the pool's side of one DMA, J) for rows r0 .. r0 + rr - 1 of gather_channel_major or
+    scatter_rows, channels c0 .. c0 + nt * P - 1: one sequence's row in J pieces
+    (load_channel_major's) by a scalar offset, or rr rows one per partition by a vector offset."""
+    K = pool.shape[2]
+    C = nt * P
+    if rr == 1:
+        J = _pieces(1, nt, P * K * _itemsize(pool.dtype))
+        return pool.ap([[C * K // J, J], [1, C * K // J]], offset=c0 * K,
+                       scalar_offset=offsets[0:1, r0:r0 + 1], indirect_dim=0), J
+    return pool.ap([[pool.shape[1] * K, rr], [1, C * K]], offset=c0 * K,
+                   vector_offset=rows[r0:r0 + rr], indirect_dim=0), 1
 
 
 def _rows_in(dst, rows, r0, J, evictions):
@@ -208,23 +212,13 @@ def scatter_rows(pool, c0, rows, offsets, src):
     per partition by a vector_offset DMA per 128 rows; an out-of-range slot is not written
     (oob_mode.skip)."""
     P, nt, R, K = src.shape
-    C = nt * P
-    row = pool.shape[1] * pool.shape[2]
     evictions = 0
     for r0 in range(0, R, nl.tile_size.pmax):
         rr = min(nl.tile_size.pmax, R - r0)
-        J = 1
-        if rr == 1:
-            J = _pieces(1, nt, P * K * _itemsize(pool.dtype))
-        staged = nl.ndarray((rr * J, C // J, K), pool.dtype, buffer=nl.sbuf, name="rows_out")
+        dst, J = _slot_rows(pool, c0, P, nt, rows, offsets, r0, rr)
+        staged = nl.ndarray((rr * J, nt * P // J, K), pool.dtype, buffer=nl.sbuf, name="rows_out")
         evictions = _rows_out(staged, src, r0, J, evictions)
-        if rr == 1:
-            dst = pool.ap([[C * K // J, J], [1, C * K // J]], offset=c0 * K,
-                          scalar_offset=offsets[0:1, r0:r0 + 1], indirect_dim=0)
-        else:
-            dst = pool.ap([[row, rr], [1, C * K]], offset=c0 * K,
-                          vector_offset=rows[r0:r0 + rr], indirect_dim=0)
-        nisa.dma_copy(dst=dst, src=staged.reshape((rr * J, C * K // J)),
+        nisa.dma_copy(dst=dst, src=staged.reshape((rr * J, nt * P * K // J)),
                       oob_mode=nisa.oob_mode.skip)
 
 
