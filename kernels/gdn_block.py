@@ -13,7 +13,8 @@ conv is done, where it goes last the norm's rsqrt waits for it on ScalarE before
 
 It takes T <= MAX_TOKENS tokens per sequence in one launch, speculative decoding's verify step
 (`gdn_block_tkg_verify` keeps every token's window and state): the weights stream once for all of
-them, and only the state update runs token by token.
+them, and only the state update runs token by token. `gdn_block_tkg_pool` is the serving form: the
+same plan and body on persistent state pools, read and written in place by slot (kernels/slots.py).
 """
 import nki
 import nki.isa as nisa
@@ -152,9 +153,9 @@ def gdn_block_tkg_pool(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, co
         - T = 1 with write_indices[:, 0] = read_indices is the plain in-place decode step; a
           verify step writes each draft's checkpoint to its own slot, and the next step reads the
           slot of the last accepted token.
-        - Every pool DMA reads its slot from SBUF when it runs and moves one slot: a state row
-          in gdn_block_tkg's pieces (scalar offsets), the windows one sequence per partition
-          (vector offsets). Sequence b's slot is read before it is written: its loads feed the
+        - Every pool DMA reads its slot from SBUF when it runs: a state row in gdn_block_tkg's
+          pieces, one slot each (scalar offsets); the windows one sequence per partition (vector
+          offsets), a single sequence's in pieces (a scalar offset). Sequence b's slot is read before it is written: its loads feed the
           stores (a data dependency), and on an LNC grid whose programs share a key head a core
           barrier orders both programs' window loads before the owner's store.
     """
