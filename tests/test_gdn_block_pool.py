@@ -207,3 +207,18 @@ def test_every_pool_read_ends_before_a_write_of_that_pool_starts(shape, lnc):
             assert last_read[c] <= first_write[c]
         if lnc > 1 and position == 6:
             assert max(last_read.values()) <= min(first_write.values())
+
+
+def test_two_programs_never_write_the_same_pool_element():
+    """On two cores sharing a key head (its window read by both), every element of either pool is
+    written by one program only: the first owns the shared head's window."""
+    x, args, read, write = pool_case(SHARED_KEY_HEAD, 2, 6, [1, 3], [[0, 1], [2, 3]])
+    cap = nkicpu.capture(gdn_block_tkg_pool[2])(*args.values(), read, write)
+    for position in (6, 10):
+        pool = cap.arguments[position]
+        written = {0: set(), 1: set()}
+        for i in cap.instructions:
+            for a in i.writes:
+                if a.alloc == pool and i.opcode == "dma_copy":     # a barrier writes none
+                    written[i.core].update(int(e) for e in a.indices())
+        assert written[0] and written[1] and not written[0] & written[1]
