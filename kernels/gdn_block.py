@@ -155,9 +155,10 @@ def gdn_block_tkg_pool(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, co
           slot of the last accepted token.
         - Every pool DMA reads its slot from SBUF when it runs: a state row in gdn_block_tkg's
           pieces, one slot each (scalar offsets); the windows one sequence per partition (vector
-          offsets), a single sequence's in pieces (a scalar offset). Sequence b's slot is read before it is written: its loads feed the
-          stores (a data dependency), and on an LNC grid whose programs share a key head a core
-          barrier orders both programs' window loads before the owner's store.
+          offsets), a single sequence's in pieces (a scalar offset). Sequence b's slot is read
+          before it is written: its loads feed the stores (a data dependency), and on an LNC grid
+          whose programs share a key head a core barrier orders both programs' window loads
+          before the owner's store.
     """
     p = ready_first_plan(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state_pool,
                          A_log, dt_bias, norm_weight, recurrent_state_pool, pooled=True)
