@@ -21,10 +21,12 @@ BLOCK_ARGS = ("hidden", "W_in_qkv", "W_in_z", "W_in_a", "W_in_b", "conv_weight",
               "A_log", "dt_bias", "norm_weight", "recurrent_state")
 BLOCK_OUTPUTS = (("out", OUTPUT), ("new_conv_state", CONV_STATE), ("new_recurrent_state", STATE))
 # What the block's DMAs carry, for timelines (nkicpu.profile.dma_kinds): by argument position
-# (BLOCK_ARGS) and by output name; the other reads are small loads, the other writes stores.
+# (BLOCK_ARGS) and by output name (the pool form's: the argument it writes in place); the other
+# reads are small loads, the other writes stores.
 BLOCK_DMA_KINDS = {"arguments": {1: "weights", 3: "weights", 4: "weights", 2: "z's weights",
                                  10: "state"},
-                   "outputs": {"new_recurrent_state": "state"}}
+                   "outputs": {"new_recurrent_state": "state"},
+                   "pool_outputs": {10: "state"}}     # the pool form writes its state pool
 # The verify form's: every token's window and state. Past the first token a window's older columns
 # are projections too (rounded by a GEMM over B * T rows), so the windows take the output rule.
 VERIFY_OUTPUTS = (("out", OUTPUT), ("conv_states", OUTPUT), ("recurrent_states", STATE))

@@ -477,11 +477,12 @@ def dma_kinds(capture, arguments, outputs=None):
     """{instruction index: kind} for a capture's DMAs, in the caller's words.
 
     arguments  {kernel argument (a key of `capture.arguments`: position or keyword): kind}
-    outputs    {name of a shared_hbm tensor the kernel allocates (an output): kind}
+    outputs    {name of a shared_hbm tensor the kernel allocates (an output), or a kernel argument
+               it writes in place (its key, as in `arguments`): kind}
 
     A DMA that reads a mapped argument gets that argument's kind; else one that writes a kernel
     output (a shared_hbm tensor the kernel allocated, or an argument it writes) gets the kind
-    `outputs` gives its name, or "stores"; else one that reads another argument gets "small loads".
+    `outputs` gives it, or "stores"; else one that reads another argument gets "small loads".
     Any other DMA (on chip to on chip, to or from HBM scratch) gets no kind. The entries run kind
     by kind, in the order the kinds are named (`arguments`, `outputs`, "small loads", "stores"):
     a timeline colours kinds in order of first appearance, so the same call on two versions of a
@@ -493,13 +494,14 @@ def dma_kinds(capture, arguments, outputs=None):
         raise ValueError(f"dma_kinds: no kernel argument {sorted(map(str, unknown))} "
                          f"(the arguments: {list(capture.arguments)})")
     shared = {alloc: info.name for alloc, info in capture.allocations.items() if info.buffer == "shared_hbm"}
-    unknown = set(outputs) - set(shared.values())
+    unknown = set(outputs) - set(shared.values()) - set(capture.arguments)
     if unknown:
-        raise ValueError(f"dma_kinds: no shared_hbm tensor named {sorted(unknown)} "
-                         f"(the kernel's: {sorted(set(shared.values()), key=str)})")
+        raise ValueError(f"dma_kinds: no shared_hbm tensor named {sorted(map(str, unknown))}, nor such an argument "
+                         f"(the kernel's: {sorted(set(shared.values()), key=str)}; the arguments: "
+                         f"{list(capture.arguments)})")
     loaded = {capture.arguments[key]: kind for key, kind in arguments.items()}
     stored = {alloc: outputs.get(name, "stores") for alloc, name in shared.items()}
-    stored |= {alloc: "stores" for alloc in capture.arguments.values()}
+    stored |= {alloc: outputs.get(key, "stores") for key, alloc in capture.arguments.items()}
     kinds = {}
     for ins in capture.instructions:
         if ins.engine != "dma":

@@ -79,6 +79,7 @@ def test_a_dma_that_writes_an_argument_is_a_store():
     cap = nkicpu.capture(double_in_place)(np.ones((128, 512), np.float32))
     load, store = _dmas(cap)
     assert dma_kinds(cap, {0: "x"}) == {load.index: "x", store.index: "stores"}
+    assert dma_kinds(cap, {0: "x"}, {0: "x back"}) == {load.index: "x", store.index: "x back"}
 
 
 def test_dma_kinds_run_in_the_order_the_kinds_are_named(cap):

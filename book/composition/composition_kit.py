@@ -128,27 +128,16 @@ def show_diff(before, after):
 # --- profiles ------------------------------------------------------------------------------------
 
 def kinds(launch):
-    """{instruction index: what the DMA carries} of a single-launch step (BLOCK_DMA_KINDS), or of
-    the pool form (pool_kinds)."""
+    """{instruction index: what the DMA carries} of a single-launch step or the pool form
+    (BLOCK_DMA_KINDS)."""
+    outputs = BLOCK_DMA_KINDS["outputs"]
     if BY_NAME[launch.name].args == POOL_ARGS:
-        return pool_kinds(launch.capture)
-    return dma_kinds(launch.capture, BLOCK_DMA_KINDS["arguments"], BLOCK_DMA_KINDS["outputs"])
+        outputs = BLOCK_DMA_KINDS["pool_outputs"]
+    return dma_kinds(launch.capture, BLOCK_DMA_KINDS["arguments"], outputs)
 
 
 # The pools sit at the argument positions of the block's states: 6 the windows, 10 the states.
 POOL_STATE = BLOCK_ARGS.index("recurrent_state")
-
-
-def pool_kinds(capture):
-    """dma_kinds of a pool-form capture in the block's words and colours: the state pool's loads
-    and its stores (writes to an argument, which dma_kinds calls "stores") are both "state"."""
-    kinds = dma_kinds(capture, BLOCK_DMA_KINDS["arguments"])
-    pool = capture.arguments[POOL_STATE]
-    for ins in capture.instructions:
-        if ins.engine == "dma" and any(a.alloc == pool for a in ins.writes):
-            kinds[ins.index] = "state"
-    named = list(dict.fromkeys([*BLOCK_DMA_KINDS["arguments"].values(), "small loads", "stores"]))
-    return dict(sorted(kinds.items(), key=lambda item: (named.index(item[1]), item[0])))
 
 
 def timeline(launch, title, marks=(), ax=None):
