@@ -26,9 +26,7 @@ def block_dims(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state
     Dtypes: `check_block_dtypes`. pooled: the states are the pool form's pools
     (conv_state_pool, recurrent_state_pool), any number of slots in dim 0.
     """
-    cs, rs = "conv_state", "recurrent_state"
-    if pooled:
-        cs, rs = "conv_state_pool", "recurrent_state_pool"
+    cs, rs = state_names(pooled)
     pmax = nl.tile_size.pmax
     expect_rank(hidden, "hidden", 3)
     B, S, H = hidden.shape
@@ -90,14 +88,19 @@ def block_dims(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state
     return B, H, nk, nv, dk, dv, K
 
 
+def state_names(pooled):
+    """The names of the two state arguments: the seed API's, or the pool form's pools."""
+    if pooled:
+        return "conv_state_pool", "recurrent_state_pool"
+    return "conv_state", "recurrent_state"
+
+
 def check_block_dtypes(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
                        dt_bias, norm_weight, recurrent_state, pooled=False):
     """Check the dtypes of `gdn_block_tkg`'s 11 arguments: activations, projection weights and
     the conv window bf16; conv_weight, the head parameters and the recurrent state fp32 (pooled:
     the states are the pool form's pools)."""
-    cs, rs = "conv_state", "recurrent_state"
-    if pooled:
-        cs, rs = "conv_state_pool", "recurrent_state_pool"
+    cs, rs = state_names(pooled)
     bf16 = (("hidden", hidden), ("W_in_qkv", W_in_qkv), ("W_in_z", W_in_z), ("W_in_a", W_in_a),
             ("W_in_b", W_in_b), (cs, conv_state))
     for arg, t in bf16:
