@@ -39,3 +39,19 @@ def block_floor_us(shape, cores=1, T=1, verify=False):
     """The block's minimal bytes at the likely estimate's DMA rate of `cores` NeuronCores, µs:
     the least likely time any version can have (`costs.DMA_ACHIEVED_GBPS` per core)."""
     return costs.roofline_us(block_min_bytes(shape, T, verify), cores, costs.DMA_ACHIEVED_GBPS)
+
+
+def layer_min_bytes(shape, T=1):
+    """The whole layer's (gdn_layer_tkg's) minimal HBM bytes at a `GDNShape` with T tokens per
+    sequence: the block's, every token's checkpoint kept (the pool form writes each), without the
+    block's output rows (they stay on chip), with input_norm_weight [H] fp32 and W_out
+    [value_dim, H] bf16 read once and the partial sum [B, T, H] fp32 written once."""
+    s = shape
+    out_rows = s.B * T * s.value_dim * 2
+    return (block_min_bytes(s, T, verify=True) - out_rows + s.H * 4 + s.value_dim * s.H * 2
+            + s.B * T * s.H * 4)
+
+
+def layer_roofline_us(shape, cores=1, T=1):
+    """The layer's minimal bytes at the peak HBM rate of `cores` NeuronCores, µs."""
+    return costs.roofline_us(layer_min_bytes(shape, T), cores)

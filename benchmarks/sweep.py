@@ -8,7 +8,8 @@
 For every configuration (`kernels.configs.SWEEP_SHARDS`: Qwen3-Next-80B TP1 and TP4, Qwen3.5-0.8B
 TP1, 9B TP2, 27B TP8, 397B-A17B TP16), batch (`SWEEP_BATCHES`: 1, 8, 32, 64) and kernel variant
 (`kernels.registry.ENTRIES`: the five stages, gdn_tkg, the composition steps, steps 6 and 7 also on
-two cores, the verify form, and the pool form on one core and two, on pools of B * T slots)
+two cores, the verify form, the pool form on one core and two, on pools of B * T slots, and the
+whole layer, gdn_layer_tkg, on one core and two)
 it runs the kernel on the CPU model, with the inputs `kernels.reference.pipeline_inputs` draws,
 schedules its instruction record with the trn2 cost model (`nkicpu.profile`) and records one row:
 the shape, the modeled time as a band (best: documented peak figures; likely: calibrated against
@@ -19,7 +20,7 @@ of the block's minimal bytes on its cores and the likely estimate's floor under 
 the CPU model took.
 
 The entries that take several tokens per sequence (`max_tokens` in the registry: the fused
-kernel, step 7, on one core and two, its verify form and its pool form) also run with hidden [B, T, H] for every
+kernel, step 7, on one core and two, its verify form, its pool form and the layer) also run with hidden [B, T, H] for every
 T > 1 of --tokens (`SWEEP_TOKENS`: 2, 4, 8, at `SWEEP_TOKEN_BATCHES`: B = 1 and 8, or at
 --batches when given), on
 `kernels.reference.token_inputs`. Every row says its T and its modeled time per token,
@@ -66,10 +67,10 @@ from nkicpu import costs  # noqa: E402
 from nkicpu.profile import MODELED, profile_capture  # noqa: E402
 
 from kernels.reference import pipeline_inputs, token_inputs  # noqa: E402
-from kernels.registry import (BLOCK_ARGS, BY_NAME, POOL_ARGS, POOL_OUTPUTS, RENAMED,  # noqa: E402
+from kernels.registry import (BLOCK_ARGS, BY_NAME, LAYER_ARGS, POOL_ARGS, POOL_OUTPUTS, RENAMED,  # noqa: E402
                               VERIFY_OUTPUTS)
 
-from .roofline import block_floor_us, block_min_bytes, block_roofline_us  # noqa: E402
+from .roofline import block_min_bytes, layer_min_bytes  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "benchmarks" / "results"
@@ -121,7 +122,10 @@ FIELDS = {
     "block_min_bytes": "a whole block's row (a composition step, verify): the block's minimal HBM bytes at "
                        "this shape and T, every input, weight and state byte read once and every "
                        "result byte written once (the verify form: T windows and states) "
-                       "(benchmarks.roofline.block_min_bytes); null for a stage and gdn_tkg",
+                       "(benchmarks.roofline.block_min_bytes); a layer row (gdn_layer_tkg): the whole "
+                       "layer's, its input norm weight and W_out in, its partial sum out, the block's "
+                       "output rows on chip (benchmarks.roofline.layer_min_bytes); null for a stage "
+                       "and gdn_tkg",
     "block_roofline_us": "block_min_bytes / (lnc x HBM_ROOFLINE_GBPS), microseconds: the HBM roofline of the "
                          "block on the step's cores, the one its ratios are judged against; "
                          "block_roofline_us <= roofline_us and <= best_us",
@@ -253,11 +257,16 @@ def _row_base(variant, shape, T):
            "launches": len(variant.launches) or 1, "lnc": variant.lnc, "config": shape.name, "model": model, "tp": int(tp)}
     row.update({f: getattr(shape, f) for f in SHAPE_FIELDS})
     row.update(T=T, G=shape.G, conv_dim=shape.conv_dim, value_dim=shape.value_dim, label=MODELED)
-    block = variant.args in (BLOCK_ARGS, POOL_ARGS)
     verify = variant.outputs in (VERIFY_OUTPUTS, POOL_OUTPUTS)     # every token's checkpoint
-    row.update(block_min_bytes=block_min_bytes(shape, T, verify) if block else None,
-               block_roofline_us=block_roofline_us(shape, variant.lnc, T, verify) if block else None,
-               block_floor_us=block_floor_us(shape, variant.lnc, T, verify) if block else None)
+    least = None
+    if variant.args in (BLOCK_ARGS, POOL_ARGS):
+        least = block_min_bytes(shape, T, verify)
+    elif variant.args == LAYER_ARGS:
+        least = layer_min_bytes(shape, T)
+    row.update(block_min_bytes=least,
+               block_roofline_us=None if least is None else costs.roofline_us(least, variant.lnc),
+               block_floor_us=None if least is None else costs.roofline_us(
+                   least, variant.lnc, costs.DMA_ACHIEVED_GBPS))
     return row
 
 

@@ -1,5 +1,5 @@
-"""The host side of the pool form (gdn_block_tkg_pool): the check of its slot indices before a
-launch, and its arguments for a benchmark row (pool_inputs).
+"""The host side of the serving forms (gdn_block_tkg_pool, gdn_layer_tkg): the check of their slot
+indices before a launch, and their arguments for a benchmark row (pool_inputs, layer_inputs).
 
 The kernel cannot check index values: it reads them when its DMAs run, and skips an out-of-range
 slot (the DGE's oob_mode.skip, how it skips padding rows) instead of failing. So a caller checks
@@ -97,4 +97,19 @@ def pool_inputs(inputs):
     x["read_indices"] = np.arange(B, dtype=np.int32)
     x["write_indices"] = (np.arange(B, dtype=np.int32)[:, None]
                           + B * np.arange(T, dtype=np.int32)[None, :]).astype(np.int32)
+    return x
+
+
+def layer_inputs(inputs):
+    """The layer form's two weights beside a step's inputs (NumPy, by kernels.registry.LAYER_ARGS
+    name), drawn as kernels.reference.make_inputs draws the block's, from their own stream:
+    input_norm_weight ~ 0.1 N(0, 1) (zero-centred, as transformers stores it) and
+    W_out ~ N(0, 1 / value_dim), so that the partial sums are O(1)."""
+    H = inputs["hidden"].shape[2]
+    value_dim = inputs["W_in_z"].shape[1]
+    rng = np.random.default_rng([H, value_dim])
+    x = dict(inputs)
+    x["input_norm_weight"] = (0.1 * rng.standard_normal(H)).astype(np.float32)
+    x["W_out"] = (rng.standard_normal((value_dim, H), dtype=np.float32)
+                  * value_dim ** -0.5).astype(inputs["W_in_z"].dtype)
     return x

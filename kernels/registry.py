@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from .accuracy import CONV_STATE, EXACT, OUTPUT, STATE
 from .gdn_block_checks import MAX_TOKENS
-from .pool_indices import pool_inputs
+from .pool_indices import layer_inputs, pool_inputs
 
 # The fused kernel's arguments, in signature order.
 BLOCK_ARGS = ("hidden", "W_in_qkv", "W_in_z", "W_in_a", "W_in_b", "conv_weight", "conv_state",
@@ -34,6 +34,14 @@ VERIFY_OUTPUTS = (("out", OUTPUT), ("conv_states", OUTPUT), ("recurrent_states",
 POOL_ARGS = (BLOCK_ARGS[:6] + ("conv_state_pool",) + BLOCK_ARGS[7:10]
              + ("recurrent_state_pool", "read_indices", "write_indices"))
 POOL_OUTPUTS = (("out", OUTPUT), ("conv_state_pool", OUTPUT), ("recurrent_state_pool", STATE))
+# The whole layer's (gdn_layer_tkg): the pool form's arguments with the input norm's weight after
+# hidden and W_out before the indices; this rank's fp32 out_proj partial sum instead of out.
+LAYER_ARGS = (("hidden", "input_norm_weight") + POOL_ARGS[1:11]
+              + ("W_out", "read_indices", "write_indices"))
+LAYER_OUTPUTS = (("partial", OUTPUT),) + POOL_OUTPUTS[1:]
+LAYER_DMA_KINDS = {"arguments": {2: "weights", 4: "weights", 5: "weights", 3: "z's weights",
+                                 11: "state", 12: "out_proj's weights"},
+                   "outputs": {11: "state"}}      # the state pool, written in place
 
 
 def _load(target):
@@ -70,6 +78,8 @@ class Entry:
         form's pools and indices from its states: pool_indices.pool_inputs)."""
         if "read_indices" in self.args and "read_indices" not in inputs:
             inputs = pool_inputs(inputs)
+        if "W_out" in self.args and "W_out" not in inputs:
+            inputs = layer_inputs(inputs)
         return tuple(inputs[n] if n in inputs else getattr(shape, n) for n in self.args)
 
 
@@ -138,6 +148,12 @@ ENTRIES = _STAGE_ENTRIES + (
     Entry("pool_lnc2", "kernels.gdn_block:gdn_block_tkg_pool",
           "kernels.reference:gdn_block_tkg_pool_ref", POOL_ARGS, POOL_OUTPUTS,
           "the serving form on two NeuronCores", lnc=2, max_tokens=MAX_TOKENS),
+    Entry("layer", "kernels.gdn_layer:gdn_layer_tkg", "kernels.reference:gdn_layer_tkg_ref",
+          LAYER_ARGS, LAYER_OUTPUTS, "the whole layer in one launch: input RMSNorm, the serving "
+          "form, out_proj (this rank's partial sum)", max_tokens=MAX_TOKENS),
+    Entry("layer_lnc2", "kernels.gdn_layer:gdn_layer_tkg", "kernels.reference:gdn_layer_tkg_ref",
+          LAYER_ARGS, LAYER_OUTPUTS, "the whole layer on two NeuronCores, their out_proj sums "
+          "added through shared HBM", lnc=2, max_tokens=MAX_TOKENS),
 )
 BY_NAME = {e.name: e for e in ENTRIES}
 STEPS = tuple(e for e in ENTRIES if e.step is not None)

@@ -16,7 +16,7 @@ from benchmarks import roofline, sweep
 from kernels.configs import (SWEEP_BATCHES, SWEEP_SHARDS, SWEEP_TOKEN_BATCHES, SWEEP_TOKENS,
                              TEST_SHARDS, GDNShape, model_shard)
 from kernels.gdn_block_checks import MAX_TOKENS
-from kernels.registry import (BLOCK_ARGS, BY_NAME, ENTRIES, POOL_ARGS, POOL_OUTPUTS, STEPS,
+from kernels.registry import (BLOCK_ARGS, BY_NAME, ENTRIES, LAYER_ARGS, POOL_ARGS, POOL_OUTPUTS, STEPS,
                               VERIFY_OUTPUTS)
 from nkicpu import costs
 from nkicpu.profile import MODELED
@@ -61,10 +61,11 @@ def test_metadata(quick_run):
 
 
 def test_one_row_per_variant_and_token_count_with_the_schema(quick_run):
-    """Every variant at T = 1, then the five that take tokens at T = 2."""
+    """Every variant at T = 1, then the seven that take tokens at T = 2."""
     rows = quick_run[2]["rows"]
     assert [(r["variant"], r["T"]) for r in rows] == [(e.name, 1) for e in ENTRIES] + [
-        (name, 2) for name in ("7_ready_first", "7_ready_first_lnc2", "verify", "pool", "pool_lnc2")]
+        (name, 2) for name in ("7_ready_first", "7_ready_first_lnc2", "verify", "pool", "pool_lnc2",
+                               "layer", "layer_lnc2")]
     assert quick_run[2]["metadata"]["tokens"] == [1, 2]
     for r in rows:
         assert set(r) == ROW_KEYS, r["variant"]
@@ -95,14 +96,18 @@ def test_every_step_at_or_above_the_block_roofline_and_floor(quick_run):
     for r in quick_run[2]["rows"]:
         name, T = r["variant"], r["T"]
         e = BY_NAME[name]
-        if e.args not in (BLOCK_ARGS, POOL_ARGS):
+        s = GDNShape(**{f: r[f] for f in sweep.SHAPE_FIELDS})
+        if e.args == LAYER_ARGS:
+            assert r["block_min_bytes"] == roofline.layer_min_bytes(s, T) == hand_layer_bytes(s, T)
+            assert math.isclose(r["block_roofline_us"], roofline.layer_roofline_us(s, e.lnc, T))
+        elif e.args in (BLOCK_ARGS, POOL_ARGS):
+            verify = e.outputs in (VERIFY_OUTPUTS, POOL_OUTPUTS)      # every token's state written
+            assert r["block_min_bytes"] == roofline.block_min_bytes(s, T, verify) == hand_block_bytes(s, T, verify)
+            assert math.isclose(r["block_roofline_us"], roofline.block_roofline_us(s, e.lnc, T, verify))
+            assert math.isclose(r["block_floor_us"], roofline.block_floor_us(s, e.lnc, T, verify))
+        else:
             assert all(r[k] is None for k in ROW_KEYS if "block" in k), name
             continue
-        s = GDNShape(**{f: r[f] for f in sweep.SHAPE_FIELDS})
-        verify = e.outputs in (VERIFY_OUTPUTS, POOL_OUTPUTS)      # every token's state written
-        assert r["block_min_bytes"] == roofline.block_min_bytes(s, T, verify) == hand_block_bytes(s, T, verify)
-        assert math.isclose(r["block_roofline_us"], roofline.block_roofline_us(s, e.lnc, T, verify))
-        assert math.isclose(r["block_floor_us"], roofline.block_floor_us(s, e.lnc, T, verify))
         assert r["hbm_over_block_min"] >= 1 and r["block_roofline_us"] <= r["roofline_us"] + 1e-9, name
         assert r["block_roofline_us"] <= r["best_us"] <= r["modeled_us"] and r["block_floor_us"] <= r["modeled_us"], name
         assert math.isclose(r["best_over_block_roofline"], r["best_us"] / r["block_roofline_us"])
@@ -124,6 +129,14 @@ def hand_block_bytes(s, T, verify):
     window, state = 2 * s.B * s.conv_dim * s.K, 4 * s.B * s.nv * s.dk * s.dv
     activations = 2 * s.B * T * (s.H + s.value_dim)
     return weights + activations + (1 + (T if verify else 1)) * (window + state)
+
+
+def hand_layer_bytes(s, T):
+    """The whole layer's minimal bytes from the shape: the block's with every token's window and
+    state written, without its output rows, with the input norm weight (fp32), W_out (bf16) and
+    the fp32 partial rows."""
+    return (hand_block_bytes(s, T, True) - 2 * s.B * T * s.value_dim + 4 * s.H
+            + 2 * s.value_dim * s.H + 4 * s.B * T * s.H)
 
 
 @pytest.mark.parametrize("shape", TEST_SHARDS, ids=str)
@@ -200,7 +213,8 @@ def test_the_T_axis_runs_where_configs_say():
             want.append((shape.name, B, 1, [e.name for e in ENTRIES]))
             if B in SWEEP_TOKEN_BATCHES:
                 want += [(shape.name, B, T, ["7_ready_first", "7_ready_first_lnc2", "verify",
-                                             "pool", "pool_lnc2"]) for T in SWEEP_TOKENS[1:]]
+                                             "pool", "pool_lnc2", "layer", "layer_lnc2"])
+                         for T in SWEEP_TOKENS[1:]]
     assert runs == want
     args = sweep.parse_args(["--stages", "in_proj,verify", "--batches", "64", "--tokens", "1,4"])
     assert [(s.B, T, [v.name for v in vs]) for s, T, vs in sweep.plan(args)][:2] == \

@@ -60,14 +60,17 @@ def test_block_args_are_the_signature_order():
 
 TOKEN_ENTRIES = [e for e in registry.ENTRIES if e.max_tokens > 1 and e.args == registry.BLOCK_ARGS]
 POOL_ENTRIES = [e for e in registry.ENTRIES if e.args == registry.POOL_ARGS]
+LAYER_ENTRIES = [e for e in registry.ENTRIES if e.args == registry.LAYER_ARGS]
 
 
-def test_the_fused_kernel_its_verify_and_pool_forms_take_tokens():
+def test_the_fused_kernel_its_verify_pool_and_layer_forms_take_tokens():
     assert [e.name for e in TOKEN_ENTRIES] == ["7_ready_first", "7_ready_first_lnc2", "verify"]
     assert [e.name for e in POOL_ENTRIES] == ["pool", "pool_lnc2"]
-    assert all(e.max_tokens == MAX_TOKENS for e in TOKEN_ENTRIES + POOL_ENTRIES)
+    assert [e.name for e in LAYER_ENTRIES] == ["layer", "layer_lnc2"]
+    serving = POOL_ENTRIES + LAYER_ENTRIES
+    assert all(e.max_tokens == MAX_TOKENS for e in TOKEN_ENTRIES + serving)
     assert [e.name for e in registry.ENTRIES if e.max_tokens > 1] == [
-        e.name for e in TOKEN_ENTRIES + POOL_ENTRIES]
+        e.name for e in TOKEN_ENTRIES + serving]
     assert registry.BY_NAME["verify"].step is None
     assert registry.BY_NAME["7_ready_first_lnc2"].lnc == 2 == registry.BY_NAME["pool_lnc2"].lnc
 
