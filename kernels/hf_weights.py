@@ -180,6 +180,7 @@ def split_pools(conv_state_pool, recurrent_state_pool, num_k_heads, tp):
         raise ValueError(f"conv_state_pool: expected [N, conv_dim, K] = [{N}, {conv_dim}, K] with nv = "
                          f"{nv} a multiple of num_k_heads = {num_k_heads}, got "
                          f"{list(conv_state_pool.shape)}")
+    rank_heads(num_k_heads, nv, tp, 0)   # the check of tp
     pools = []
     for r in range(tp):
         keys, values = rank_heads(num_k_heads, nv, tp, r)
