@@ -27,7 +27,8 @@ def _install_nki():
 NKI_BACKEND = _install_nki()
 
 from .gdn_block import gdn_block_tkg, gdn_block_tkg_pool, gdn_block_tkg_verify  # noqa: E402
+from .gdn_layer import gdn_layer_tkg  # noqa: E402
 from .pool_indices import check_pool_indices  # noqa: E402
 
-__all__ = ["gdn_block_tkg", "gdn_block_tkg_verify", "gdn_block_tkg_pool", "check_pool_indices",
-           "NKI_BACKEND"]
+__all__ = ["gdn_block_tkg", "gdn_block_tkg_verify", "gdn_block_tkg_pool", "gdn_layer_tkg",
+           "check_pool_indices", "NKI_BACKEND"]

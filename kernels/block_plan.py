@@ -36,8 +36,13 @@ def max_columns(H, nk, nv):
     (a column group's token chunks each accumulate in a PSUM bank of their own) or the columns
     whose bf16 activations, 2 * (4 * nk + 5 * nv + H / 128) bytes per partition each, fit
     ACTIVATION_SBUF_BYTES, whichever is smaller."""
-    per_column = 2 * (4 * nk + 5 * nv + H // nl.tile_size.pmax)
-    return min(MAX_BATCH, ACTIVATION_SBUF_BYTES // per_column)
+    return min(MAX_BATCH, ACTIVATION_SBUF_BYTES // activation_column_bytes(H, nk, nv))
+
+
+def activation_column_bytes(H, nk, nv):
+    """SBUF bytes per partition one activation column takes on chip: hidden (H / 128 values per
+    partition), q | k, v and their conv outputs, z, o, y and a | b, all bf16."""
+    return 2 * (4 * nk + 5 * nv + H // nl.tile_size.pmax)
 
 
 class BlockPlan(nl.NKIObject):
@@ -60,6 +65,8 @@ class BlockPlan(nl.NKIObject):
         gates_ahead: every token's gates prepared as soon as a and b are projected.
         slots: the pool form's (kernels.slots.Slots), or None: the states are the seed API's
             tensors.
+        later_loads: a later stage's weight loads (SBUF tile, HBM source, ...) issued behind
+            in_proj's weights (the layer's out_proj, kernels/gdn_layer.py); none in the block.
     """
 
     def __init__(self, hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
@@ -96,6 +103,7 @@ class BlockPlan(nl.NKIObject):
         self.windows_ahead = False
         self.gates_ahead = False
         self.slots = None
+        self.later_loads = []
 
 
 def split_heads(p):

@@ -27,7 +27,8 @@ from .delta_rule_pairs import head_broadcast, head_row, pair_ones
 from .gated_delta_rule import gated_delta_rule_tokens, prepare_gates, prepare_qk, token_inputs
 from .gdn_block_checks import MAX_TOKENS, check_slot_args
 from .gqa_repeat import heads_for_values
-from .in_proj import ColumnStream, load_tokens, project_columns, project_pair, project_qk
+from .in_proj import (ColumnStream, issue_loads, load_tokens, project_columns, project_pair,
+                      project_qk)
 from .layout import load_column, store_rows
 from .overlap import continue_z, finish_z, start_z, z_beside
 from .rmsnorm_gated import rmsnorm_gated_tile
@@ -190,14 +191,27 @@ def ready_first_plan(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv
 
 def gdn_block_body(p, hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
                    dt_bias, norm_weight, recurrent_state, verify):
-    """The phases of gdn_block_tkg, on plan p's heads, queues and tiles (verify: of
-    gdn_block_tkg_verify, every token's window and state returned; with p.slots, of
-    gdn_block_tkg_pool, the states read from and written to the pools by slot). On an LNC grid
-    each program takes its value heads and the key heads they read (block_plan.split_heads);
-    every HBM write is its own heads' slice, except the conv window of a key head both programs
-    read (nk odd), written twice with the same values (to a pool, once: slots.Slots.own_k0)."""
+    """gdn_block_tkg's body on plan p (verify: of gdn_block_tkg_verify, every token's window and
+    state returned; with p.slots, of gdn_block_tkg_pool, the states read from and written to the
+    pools by slot): the tokens in, block_phases, and the only activation store."""
     out, new_conv_state, new_state = block_outputs(p, verify, conv_state, recurrent_state)
-    hidden_T = load_tokens(hidden)
+    y = block_phases(p, load_tokens(hidden), W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight,
+                     conv_state, A_log, dt_bias, norm_weight, recurrent_state, new_conv_state,
+                     new_state)
+    store_rows(out.reshape((p.N, p.nv * p.dv))[:, p.h0 * p.dv:(p.h0 + p.nh) * p.dv], y)
+    return out, new_conv_state, new_state
+
+
+def block_phases(p, hidden_T, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
+                 dt_bias, norm_weight, recurrent_state, new_conv_state, new_state):
+    """The phases of gdn_block_tkg on plan p's heads, queues and tiles, from the tokens on chip
+    (hidden_T, in_proj.load_tokens' view) to the gated norm's output y [dv, nh, N] bf16 (a
+    padding row's columns 0 in the pool form); the windows and states go to new_conv_state and
+    new_state (the pools with p.slots). On an LNC grid each program takes its value heads and
+    the key heads they read (block_plan.split_heads); every HBM write is its own heads' slice,
+    except the conv window of a key head both programs read (nk odd), written twice with the
+    same values (to a pool, once: slots.Slots.own_k0). p.later_loads, a later stage's weights,
+    are issued behind every in_proj weight."""
     qk, v, qk_c, v_c, groups = activation_tiles(p)
     # the small inputs ahead of the weights (a row DMA each), the conv windows where they fit
     gate_params = (load_column(A_log, p.h0, p.nh, "A_log"),
@@ -221,6 +235,7 @@ def gdn_block_body(p, hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, con
     z = ColumnStream(nl.ndarray((p.dv, p.nh, p.N), nl.bfloat16, name="z"), hidden_T, W_in_z,
                      p.h0 * p.dv, by_block=True)
     start_z(z, p.z_last, p.weight_queue, hold=True)
+    issue_loads(p.later_loads, p.weight_queue)
     # stage 2: per channel group, its windows (loaded above where they fit) slid and stored
     conv_groups(new_conv_state, groups, conv_weight, conv_state, loaded, p.window_queue, p.slots)
     continue_z(z, p.z_last, p.weight_queue)
@@ -234,11 +249,10 @@ def gdn_block_body(p, hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, con
     else:
         tokens = prepare_qk(gates, q, k, v_c, o)
     gated_delta_rule_tokens(o, new_state, recurrent_state, tokens, p.h0, beside, p.slots)
-    # stage 5, then the only activation store; where z goes last, its rsqrt ahead of z
+    # stage 5; where z goes last, its rsqrt ahead of z
     rstd = finish_z(z, p.z_last, o, ones)
     y = nl.ndarray((p.dv, p.nh, p.N), nl.bfloat16, name="y")
     rmsnorm_gated_tile(y, o, z.dst, norm_w, ones=ones[0:p.dv, 0:p.dv], rstd=rstd)
     if p.slots is not None:
         zero_padding(y, p.slots)
-    store_rows(out.reshape((p.N, p.nv * p.dv))[:, p.h0 * p.dv:(p.h0 + p.nh) * p.dv], y)
-    return out, new_conv_state, new_state
+    return y

@@ -122,3 +122,17 @@ def check_slot_args(read_indices, write_indices, B, T):
            f"shape [{B}, {T}] (a slot per token of hidden)", list(write_indices.shape))
     expect_dtype(read_indices, "read_indices", nl.int32)
     expect_dtype(write_indices, "write_indices", nl.int32)
+
+
+def check_layer_args(input_norm_weight, W_out, H, value_dim):
+    """The layer form's two weights beyond the block's: input_norm_weight [H] fp32 (the input
+    RMSNorm's, zero-centred) and W_out [value_dim, H] bf16 (this rank's rows of out_proj.weight.T)."""
+    expect_rank(input_norm_weight, "input_norm_weight", 1)
+    expect(input_norm_weight.shape[0] == H, "input_norm_weight", f"shape [{H}] (H of hidden)",
+           list(input_norm_weight.shape))
+    expect_rank(W_out, "W_out", 2)
+    expect(tuple(W_out.shape) == (value_dim, H), "W_out",
+           f"shape [value_dim, H] = [{value_dim}, {H}] (this rank's value heads' rows of "
+           f"out_proj.weight.T)", list(W_out.shape))
+    expect_dtype(input_norm_weight, "input_norm_weight", nl.float32)
+    expect_dtype(W_out, "W_out", nl.bfloat16)

@@ -508,7 +508,7 @@ def _weight_chunk(W3, c0, width, i, n_chunks):
     """Row chunk i of n_chunks of columns c0 .. c0 + width - 1 (balanced: sizes differ by <= 1
     row), not issued: (its SBUF tile, its rows of W3, its first row tile)."""
     kt0, g = _chunk_rows(W3.shape[1], i, n_chunks)
-    w_sb = nl.ndarray((nl.tile_size.pmax, g, width), dtype=W3.dtype, buffer=nl.sbuf)
+    w_sb = nl.ndarray((W3.shape[0], g, width), dtype=W3.dtype, buffer=nl.sbuf)
     return (w_sb, W3[:, kt0:kt0 + g, c0:c0 + width], kt0)
 
 
