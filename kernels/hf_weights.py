@@ -13,7 +13,19 @@ book's GDN chapter, book/gdn/math.md, "1. in_proj"):
 
 The conv1d weight is already in q | k | v channel order in both models (transformers convolves
 cat(query, key, value)); `[conv_dim, 1, K]` is squeezed to `[conv_dim, K]`.
+
+`gdn_layer_shards(input_layernorm, linear_attn, tp)` cuts the whole layer's weights into the
+arguments of `gdn_layer_tkg` for each of tp ranks, and `split_pools` the state pools the same way.
+Rank r takes a contiguous run of key heads and the value heads that read them (value head h reads
+key head h // G). Every head's path from in_proj to the gated norm touches no other key-head
+group (the gated norm is over dv, per head), so the in_proj columns, conv channels, gates and
+states split by head with no communication. out_proj is different: each output element sums over
+all value channels, so a rank holds only out_proj.weight.T's rows of its own value heads, its
+product is a partial sum of the layer's output, and the ranks add theirs with an all-reduce. The
+input RMSNorm runs before the split: it normalises the whole hidden vector, which every rank holds
+in full, so its weight is replicated and every rank computes the same normalised input.
 """
+import numpy as np
 import torch
 
 from .reference import to_numpy
@@ -109,3 +121,88 @@ def _deinterleave(w_qkvz, w_ba, nk, nv, dk, dv):
     qkv = torch.cat([wq.reshape(nk * dk, H), wk.reshape(nk * dk, H), wv.reshape(nv * dv, H)])
     wba = w_ba.reshape(nk, 2 * G, H)
     return qkv, wz.reshape(nv * dv, H), wba[:, G:].reshape(nv, H), wba[:, :G].reshape(nv, H)
+
+
+def gdn_layer_shards(input_layernorm, linear_attn, tp):
+    """Rank by rank, the weight arguments of `kernels.gdn_layer_tkg` for tensor parallelism `tp`.
+
+    Args:
+        input_layernorm: the decoder layer's `Qwen3_5RMSNorm` / `Qwen3NextRMSNorm` (weight [H]).
+        linear_attn: its `Qwen3_5GatedDeltaNet` / `Qwen3NextGatedDeltaNet`, as for `gdn_weights`,
+            with out_proj.
+        tp: the number of ranks, a divisor of num_k_heads.
+
+    Returns:
+        list of tp dicts of NumPy arrays keyed by the kernel's argument names: rank r's
+        W_in_qkv [H, conv_dim / tp] (columns q_r | k_r | v_r), conv_weight (the same channels),
+        W_in_z, W_in_a, W_in_b, A_log, dt_bias (its value heads), W_out [value_dim / tp, H] bf16
+        (out_proj.weight.T's rows of its value heads); norm_weight and input_norm_weight [H]
+        fp32 replicated.
+
+    Raises:
+        ValueError naming `tp` when it does not divide num_k_heads, or `input_layernorm.weight`
+        when it is not [H].
+    """
+    w = gdn_weights(linear_attn)
+    nk, nv, dk, dv = (int(getattr(linear_attn, n)) for n in HEAD_ATTRIBUTES)
+    rank_heads(nk, nv, tp, 0)   # the check of tp
+    H = w["W_in_qkv"].shape[0]
+    norm = input_layernorm.weight.detach()
+    if tuple(norm.shape) != (H,):
+        raise ValueError(f"input_layernorm.weight: expected shape [H] = ({H},), got {tuple(norm.shape)}")
+    w["input_norm_weight"] = to_numpy(norm.to(torch.float32).contiguous())
+    w["W_out"] = to_numpy(linear_attn.out_proj.weight.detach().to(torch.bfloat16).t().contiguous())
+    shards = []
+    for r in range(tp):
+        keys, values = rank_heads(nk, nv, tp, r)
+        channels = conv_channels(nk, dk, dv, keys, values)
+        cols = slice(values.start * dv, values.stop * dv)
+        shards.append({
+            "input_norm_weight": w["input_norm_weight"], "norm_weight": w["norm_weight"],
+            "W_in_qkv": np.ascontiguousarray(w["W_in_qkv"][:, channels]),
+            "conv_weight": np.ascontiguousarray(w["conv_weight"][channels]),
+            "W_in_z": np.ascontiguousarray(w["W_in_z"][:, cols]),
+            "W_in_a": np.ascontiguousarray(w["W_in_a"][:, values]),
+            "W_in_b": np.ascontiguousarray(w["W_in_b"][:, values]),
+            "A_log": w["A_log"][values].copy(), "dt_bias": w["dt_bias"][values].copy(),
+            "W_out": np.ascontiguousarray(w["W_out"][cols]),
+        })
+    return shards
+
+
+def split_pools(conv_state_pool, recurrent_state_pool, num_k_heads, tp):
+    """The state pools cut by rank as `gdn_layer_shards` cuts the weights: a list of tp
+    (conv_state_pool [N, conv_dim / tp, K] with rank r's q | k | v channels,
+    recurrent_state_pool [N, nv / tp, dk, dv] with its value heads), NumPy copies."""
+    N, nv, dk, dv = recurrent_state_pool.shape
+    conv_dim = 2 * num_k_heads * dk + nv * dv
+    if nv % num_k_heads or conv_state_pool.shape[:2] != (N, conv_dim):
+        raise ValueError(f"conv_state_pool: expected [N, conv_dim, K] = [{N}, {conv_dim}, K] with nv = "
+                         f"{nv} a multiple of num_k_heads = {num_k_heads}, got "
+                         f"{list(conv_state_pool.shape)}")
+    rank_heads(num_k_heads, nv, tp, 0)   # the check of tp
+    pools = []
+    for r in range(tp):
+        keys, values = rank_heads(num_k_heads, nv, tp, r)
+        channels = conv_channels(num_k_heads, dk, dv, keys, values)
+        pools.append((np.ascontiguousarray(conv_state_pool[:, channels]),
+                      np.ascontiguousarray(recurrent_state_pool[:, values])))
+    return pools
+
+
+def rank_heads(nk, nv, tp, r):
+    """Rank r's (key heads, value heads) as slices: contiguous runs of nk / tp and nv / tp, so
+    value head h's key head h // G is the rank's own."""
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1 or nk % tp:
+        raise ValueError(f"tp: expected a divisor of num_k_heads = {nk}, got {tp}")
+    kr, vr = nk // tp, nv // tp
+    return slice(r * kr, (r + 1) * kr), slice(r * vr, (r + 1) * vr)
+
+
+def conv_channels(nk, dk, dv, keys, values):
+    """The q | k | v channels (of W_in_qkv's columns and the conv's) of the key heads `keys` and
+    the value heads `values`, as an index array."""
+    key_dim = nk * dk
+    return np.concatenate([np.arange(keys.start * dk, keys.stop * dk),
+                           key_dim + np.arange(keys.start * dk, keys.stop * dk),
+                           2 * key_dim + np.arange(values.start * dv, values.stop * dv)])

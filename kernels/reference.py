@@ -16,7 +16,10 @@ stacks' fp32 beta, as the book's GDN chapter (book/gdn/math.md) sets them out:
                           rounding
 
 `gdn_block_tkg_ref` composes them with the fused kernel's signature. `gdn_block_tkg_verify_ref` runs
-T tokens per sequence (the speculative-decoding verify step) and keeps the states after each token. Results are rounded to bf16
+T tokens per sequence (the speculative-decoding verify step) and keeps the states after each token.
+`gdn_layer_tkg_ref` is one tensor-parallel rank's whole layer: the decoder layer's input RMSNorm
+(`input_rmsnorm_ref`), the pool form of the block, and this rank's rows of out_proj (an fp32
+partial sum that the caller all-reduces). Results are rounded to bf16
 exactly where that chapter's "Dtypes at each point" says, so a kernel that mirrors those points agrees up to
 accumulation order. Inputs are never modified; new states are returned.
 
@@ -284,6 +287,39 @@ def gdn_block_tkg_pool_ref(hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight
         conv_pool[write[b, t]] = windows[b, t]
         state_pool[write[b, t]] = states[b, t]
     return out, conv_pool, state_pool
+
+
+def input_rmsnorm_ref(hidden, weight):
+    """The decoder layer's input RMSNorm (transformers' Qwen3NextRMSNorm / Qwen3_5RMSNorm) in fp32:
+    x * rsqrt(mean(x^2) + eps) * (1 + weight), over H; the weight is zero-centred as transformers
+    stores it (not the gated norm's plain weight).
+
+    hidden [B, T, H] bf16, weight [H] fp32. Returns [B, T, H] bf16, rounded once.
+    """
+    _check_rank("hidden", hidden, "[B, T, H]")
+    _check_shape("input_norm_weight", weight, "[H]", hidden.shape[-1:])
+    x = hidden.float()
+    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + RMSNORM_EPS)
+    return (x * (1 + weight.float())).to(BF16)
+
+
+def gdn_layer_tkg_ref(hidden, input_norm_weight, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight,
+                      conv_state_pool, A_log, dt_bias, norm_weight, recurrent_state_pool, W_out,
+                      read_indices, write_indices):
+    """One tensor-parallel rank's GDN layer: `input_rmsnorm_ref`, `gdn_block_tkg_pool_ref` on its
+    output (this rank's heads), then y @ W_out with fp32 sums.
+
+    W_out [value_dim, H] bf16 is out_proj.weight.T's rows of this rank's value heads; the other
+    arguments as `gdn_block_tkg_pool_ref`. Returns partial [B, T, H] fp32 (the rank's share of
+    out_proj's output, before the all-reduce; a padding row's y is 0, so its partial is exactly 0)
+    and the new pools (copies; the arguments are not written).
+    """
+    x = input_rmsnorm_ref(hidden, input_norm_weight)
+    y, conv_pool, state_pool = gdn_block_tkg_pool_ref(
+        x, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state_pool, A_log, dt_bias,
+        norm_weight, recurrent_state_pool, read_indices, write_indices)
+    _check_shape("W_out", W_out, "[value_dim, H]", (y.shape[-1], hidden.shape[-1]))
+    return y.float() @ W_out.float(), conv_pool, state_pool
 
 
 # --- helpers ----------------------------------------------------------------------------------
