@@ -44,10 +44,8 @@ from kernels.accuracy import LAYER_COSINE, cosine
 from kernels.configs import GDNShape
 from kernels.hf_weights import gdn_layer_shards, split_pools
 from kernels.reference import gdn_layer_tkg_ref, to_numpy, to_torch
+from kernels.registry import LAYER_ARGS
 
-LAYER_ARGS = ("hidden", "input_norm_weight", "W_in_qkv", "W_in_z", "W_in_a", "W_in_b", "conv_weight",
-              "conv_state_pool", "A_log", "dt_bias", "norm_weight", "recurrent_state_pool", "W_out",
-              "read_indices", "write_indices")
 TINY = GDNShape(B=2, H=256, nk=4, nv=8, dk=32, dv=32, K=4, name="tiny")
 MODELS = ("qwen3_5", "qwen3_next")
 LAYERS = ("kernel", "reference")

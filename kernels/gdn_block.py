@@ -202,16 +202,16 @@ def gdn_block_body(p, hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, con
     return out, new_conv_state, new_state
 
 
-def block_phases(p, hidden_T, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
+def block_phases(p, hidden, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state, A_log,
                  dt_bias, norm_weight, recurrent_state, new_conv_state, new_state):
     """The phases of gdn_block_tkg on plan p's heads, queues and tiles, from the tokens on chip
-    (hidden_T, in_proj.load_tokens' view) to the gated norm's output y [dv, nh, N] bf16 (a
-    padding row's columns 0 in the pool form); the windows and states go to new_conv_state and
-    new_state (the pools with p.slots). On an LNC grid each program takes its value heads and
-    the key heads they read (block_plan.split_heads); every HBM write is its own heads' slice,
-    except the conv window of a key head both programs read (nk odd), written twice with the
-    same values (to a pool, once: slots.Slots.own_k0). p.later_loads, a later stage's weights,
-    are issued behind every in_proj weight."""
+    (hidden: in_proj.load_tokens' [128, KT, N] view) to the gated norm's output y [dv, nh, N]
+    bf16 (a padding row's columns 0 in the pool form); the windows and states go to
+    new_conv_state and new_state (the pools with p.slots). On an LNC grid each program takes its
+    value heads and the key heads they read (block_plan.split_heads); every HBM write is its own
+    heads' slice, except the conv window of a key head both programs read (nk odd), written
+    twice with the same values (to a pool, once: slots.Slots.own_k0). p.later_loads, a later
+    stage's weights, are issued behind every in_proj weight."""
     qk, v, qk_c, v_c, groups = activation_tiles(p)
     # the small inputs ahead of the weights (a row DMA each), the conv windows where they fit
     gate_params = (load_column(A_log, p.h0, p.nh, "A_log"),
@@ -225,14 +225,14 @@ def block_phases(p, hidden_T, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, con
     hp = head_broadcast(row, ones.shape[0])
     # stage 1: a | b first, every token's gates as they land; then q | k, v and z
     ab = nl.ndarray((p.nh, 2, p.N), nl.bfloat16, name="ab")
-    project_pair(ab, hidden_T, W_in_a, W_in_b, p.h0)
+    project_pair(ab, hidden, W_in_a, W_in_b, p.h0)
     gates = None
     if p.gates_ahead:
         gates = prepare_gates(ab[:, 0], ab[:, 1], gate_params, hp, ones, p.T)
-    project_qk(qk, hidden_T, W_in_qkv, p.q0, p.key_dim, p.weight_queue, by_block=True)
-    project_columns(v, hidden_T, W_in_qkv, 2 * p.key_dim + p.h0 * p.dv, p.weight_queue,
+    project_qk(qk, hidden, W_in_qkv, p.q0, p.key_dim, p.weight_queue, by_block=True)
+    project_columns(v, hidden, W_in_qkv, 2 * p.key_dim + p.h0 * p.dv, p.weight_queue,
                     by_block=True)
-    z = ColumnStream(nl.ndarray((p.dv, p.nh, p.N), nl.bfloat16, name="z"), hidden_T, W_in_z,
+    z = ColumnStream(nl.ndarray((p.dv, p.nh, p.N), nl.bfloat16, name="z"), hidden, W_in_z,
                      p.h0 * p.dv, by_block=True)
     start_z(z, p.z_last, p.weight_queue, hold=True)
     issue_loads(p.later_loads, p.weight_queue)

@@ -126,7 +126,8 @@ def check_slot_args(read_indices, write_indices, B, T):
 
 def check_layer_args(input_norm_weight, W_out, H, value_dim):
     """The layer form's two weights beyond the block's: input_norm_weight [H] fp32 (the input
-    RMSNorm's, zero-centred) and W_out [value_dim, H] bf16 (this rank's rows of out_proj.weight.T)."""
+    RMSNorm's, zero-centred) and W_out [value_dim, H] bf16 (this rank's rows of
+    out_proj.weight.T)."""
     expect_rank(input_norm_weight, "input_norm_weight", 1)
     expect(input_norm_weight.shape[0] == H, "input_norm_weight", f"shape [{H}] (H of hidden)",
            list(input_norm_weight.shape))

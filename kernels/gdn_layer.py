@@ -13,13 +13,19 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 
-from .block_plan import ACTIVATION_SBUF_BYTES, activation_column_bytes
+from .block_plan import activation_column_bytes
 from .gdn_block import block_phases, ready_first_plan
 from .gdn_block_checks import check_layer_args, check_slot_args
-from .in_proj import load_tokens
+from .in_proj import BF16_BYTES, load_tokens
 from .input_rmsnorm import input_rmsnorm, load_norm_row
 from .out_proj import OutProj, out_proj
 from .slots import Slots
+
+# SBUF per partition that z's preallocated weight chunks, the activations and W_out's early chunks
+# share where every weight streams on one queue: the rest of the usable SBUF holds the state ring
+# and the stages' temporaries (checked with nkicpu's capacity accounting at every sweep shard,
+# B = 1 .. 64 and T up to 8, one core and two).
+OUT_AHEAD_SBUF_BYTES = 144 * 1024
 
 
 @nki.jit
@@ -87,8 +93,13 @@ def gdn_layer_tkg(hidden, input_norm_weight, W_in_qkv, W_in_z, W_in_a, W_in_b, c
 
 
 def out_weights_ahead(p):
-    """SBUF bytes per partition W_out's early chunks may take: what the activations' share
-    (block_plan.ACTIVATION_SBUF_BYTES) leaves at this batch, the normalised tokens (a second
-    copy of hidden on chip) counted."""
+    """SBUF bytes per partition W_out's early chunks may take. Only where every weight streams on
+    one queue (block_plan.one_weight_queue: z goes last, its chunks all allocated before the
+    conv), so that they follow z's on that queue, and within OUT_AHEAD_SBUF_BYTES less z's
+    chunks and this batch's activations (the normalised copy of hidden counted); elsewhere the
+    weight streams when out_proj runs."""
+    if p.weight_queue is None:
+        return 0
+    z_bytes = p.H * p.nh * p.dv * BF16_BYTES // nl.tile_size.pmax
     used = p.N * (activation_column_bytes(p.H, p.nk, p.nv) + 2 * (p.H // nl.tile_size.pmax))
-    return max(0, ACTIVATION_SBUF_BYTES - used)
+    return max(0, OUT_AHEAD_SBUF_BYTES - z_bytes - used)

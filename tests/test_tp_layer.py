@@ -12,11 +12,12 @@ if importlib.util.find_spec("transformers") is None:
     pytest.skip("transformers is not installed (pip install transformers==5.24.0 beside this project)",
                 allow_module_level=True)
 
-from benchmarks.tp_layer import (LAYER_ARGS, MODELS, TINY, build_layer, decode_inputs,  # noqa: E402
+from benchmarks.tp_layer import (MODELS, TINY, build_layer, decode_inputs,  # noqa: E402
                                  hf_layer_steps, run)
 from kernels.accuracy import LAYER_COSINE, cosine  # noqa: E402
 from kernels.hf_weights import gdn_layer_shards, gdn_weights, split_pools  # noqa: E402
 from kernels.reference import gdn_layer_tkg_ref, input_rmsnorm_ref, to_numpy, to_torch  # noqa: E402
+from kernels.registry import LAYER_ARGS  # noqa: E402
 from tests.gdn_testing import assert_bit_exact, assert_state_close  # noqa: E402
 
 S = TINY   # B 2, H 256, nk 4, nv 8, dk = dv = 32, K 4
