@@ -111,5 +111,5 @@ def layer_inputs(inputs):
     x = dict(inputs)
     x["input_norm_weight"] = (0.1 * rng.standard_normal(H)).astype(np.float32)
     x["W_out"] = (rng.standard_normal((value_dim, H), dtype=np.float32)
-                  * value_dim ** -0.5).astype(inputs["W_in_z"].dtype)
+                  / np.sqrt(max(value_dim, 1))).astype(inputs["W_in_z"].dtype)
     return x

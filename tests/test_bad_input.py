@@ -4,7 +4,7 @@ Each class of bad argument a new user passes (a float64 or int64 array, None, a 
 list, an empty dim, a conv window out of range, conv_weight with too many rows, a batch that
 disagrees across arguments) is tried on every entry of kernels.registry it applies to: the five
 stage kernels, gdn_tkg, the composition steps (the fused gdn_block_tkg and its LNC=2 launch
-among them), the verify form and the pool form. The error names the argument, what was expected and the value;
+among them), the verify form, the pool form and the layer. The error names the argument, what was expected and the value;
 the caller's arrays are bit-identical afterwards. Then the fused block's own contract, case by
 case (kernels/gdn_block_checks.py), for every step and the torch reference.
 """
@@ -21,7 +21,7 @@ import nki
 from kernels.configs import GDNShape
 from kernels.gdn_block import gdn_block_tkg
 from kernels.reference import gdn_block_tkg_ref, make_inputs, pipeline_inputs, to_torch
-from kernels.registry import BLOCK_ARGS, ENTRIES, POOL_ARGS
+from kernels.registry import BLOCK_ARGS, ENTRIES, LAYER_ARGS, POOL_ARGS
 from nkicpu import Kernel, NkiValidationError
 from tests.gdn_testing import composition_steps
 
@@ -131,7 +131,7 @@ def _empty_dim_cases():
                 blamed = empty[0]
                 if entry.args == BLOCK_ARGS:
                     blamed = BLOCK_DIM_SOURCE[dim]
-                elif entry.args == POOL_ARGS:   # the same dims, from the pools
+                elif entry.args in (POOL_ARGS, LAYER_ARGS):   # the same dims, from the pools
                     blamed = BLOCK_DIM_SOURCE[dim].replace("recurrent_state", "recurrent_state_pool")
                 cases.append(pytest.param(entry, dim, blamed, id=f"{entry.name}-{dim}=0"))
     return cases

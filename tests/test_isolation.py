@@ -3,7 +3,9 @@
 In a serving batch one request with a non-finite value (NaN, +inf, -inf) in its hidden state,
 conv state or recurrent state may ruin its own outputs, never another request's. A non-finite
 per-head parameter (A_log, dt_bias) may ruin its own head in every sequence, never another head;
-norm_weight[j] is shared by every head's column j, so it may reach column j of every head.
+norm_weight[j] is shared by every head's column j, so it may reach column j of every head. The
+layer's partial sum (out_proj) reads every head in every column: a bad head or column parameter
+may reach all of it, and only its pools are held to the head rule.
 
 For every registry entry (the stages, gdn_tkg, the composition steps, LNC=2 included, and the
 verify form) each case plants one non-finite value kind into one sequence row, head or column of
@@ -124,6 +126,8 @@ def _assert_isolated(got, want, where, shape):
             row = at if what == "row" else at[0]
             keep = [b for b in range(shape.B) if b != row]
             assert _same(g[keep], w[keep]), f"{name}: rows {keep} changed (bad row {row})"
+            continue
+        if name == "partial":                # out_proj sums every head into every column
             continue
         gh, wh = _out_heads(g, shape), _out_heads(w, shape)
         if gh is None:                       # no head axis: a head or column parameter must not touch it
