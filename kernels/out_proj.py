@@ -24,6 +24,9 @@ class OutProj(nl.NKIObject):
 
     Fields:
         W3: W_out as [dv, nh, H], this program's heads: W3[d, h, c] = W_out[(h0 + h) * dv + d, c].
+        chunks: the token chunks (first column, columns) of at most 128, the stationary's size.
+        programs, half, own0: the launch grid's programs, the columns each owns (H / programs)
+            and this program's first.
         groups: (first column, columns) of each column group, in order: at most in_proj's
             ACC_BANKS PSUM banks over every token chunk; on an LNC=2 grid the other program's half
             of the columns first, then this program's (no group crosses the middle).
@@ -99,7 +102,7 @@ def out_proj(partial, y, op, queue=None):
         partial[...] = sums + (the other program's sums)                     # LNC=2
     """
     next_ahead = 0
-    own = []                                       # this program's half on a grid: (c0, rows)
+    own = []                 # on a grid, this program's half: (first column, first row, rows)
     for g in range(len(op.groups)):
         c0, width = op.groups[g]
         accs = _new_accs(op.chunks, width)
