@@ -23,11 +23,13 @@ from matplotlib.patches import Patch
 
 import kernels  # noqa: F401  (first: makes `import nki` work)
 import nkicpu
+from benchmarks.roofline import layer_roofline_us
 from benchmarks.steps import BATCHES, TARGETS, latency_table, step_row, steps_upto
 from kernels.accuracy import OUTPUT, assert_close
 from kernels.configs import model_shard
 from kernels.reference import gdn_block_tkg_ref, pipeline_inputs, to_numpy, to_torch, token_inputs
-from kernels.registry import BLOCK_ARGS, BLOCK_DMA_KINDS, BLOCK_OUTPUTS, BY_NAME, POOL_ARGS
+from kernels.registry import (BLOCK_ARGS, BLOCK_DMA_KINDS, BLOCK_OUTPUTS, BY_NAME, LAYER_ARGS,
+                              LAYER_DMA_KINDS, POOL_ARGS)
 from nkicpu import costs
 from nkicpu.profile import MODELED, dma_kinds, profile_capture, split_core
 from nkicpu.schedule import dependencies, schedule
@@ -129,7 +131,9 @@ def show_diff(before, after):
 
 def kinds(launch):
     """{instruction index: what the DMA carries} of a single-launch step or the pool form
-    (BLOCK_DMA_KINDS)."""
+    (BLOCK_DMA_KINDS), or of the whole layer (LAYER_DMA_KINDS)."""
+    if BY_NAME[launch.name].args == LAYER_ARGS:
+        return dma_kinds(launch.capture, LAYER_DMA_KINDS["arguments"], LAYER_DMA_KINDS["outputs"])
     outputs = BLOCK_DMA_KINDS["outputs"]
     if BY_NAME[launch.name].args == POOL_ARGS:
         outputs = BLOCK_DMA_KINDS["pool_outputs"]
@@ -142,10 +146,14 @@ POOL_STATE = BLOCK_ARGS.index("recurrent_state")
 
 def timeline(launch, title, marks=(), ax=None):
     """A step's likely timeline, every DMA coloured by what it carries, against the block's
-    roofline on the step's cores (the latency tables'), the lanes banded core by core where it
-    runs on several; modeled."""
-    if BY_NAME[launch.name].args in (BLOCK_ARGS, POOL_ARGS) and not BY_NAME[launch.name].launches:
+    roofline on the step's cores (the latency tables'), or the whole layer's for the layer, the
+    lanes banded core by core where it runs on several; modeled."""
+    entry = BY_NAME[launch.name]
+    if entry.args in (BLOCK_ARGS, POOL_ARGS) and not entry.launches:
         launch = _with_block_roofline(launch)
+    elif entry.args == LAYER_ARGS:
+        roofline = layer_roofline_us(model_shard(*launch.at), entry.lnc)
+        launch = replace(launch, profile=replace(launch.profile, roofline_us=roofline))
     return _band_cores(plot_timeline(launch.profile, ax=ax, title=title, marks=marks,
                                      dma_kinds=kinds(launch)))
 
