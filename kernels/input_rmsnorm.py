@@ -65,14 +65,14 @@ def input_rmsnorm(hidden_T, w1, ones):
     expect_shape(ones, "ones", (P, P))
     x = hidden_T.permute((0, 2, 1))                       # [128, N, KT]: contiguous tile order
     chunks = _column_chunks(N, KT)
-    partial = nl.ndarray((P, N), nl.float32, name="hidden_ss")
+    own = nl.ndarray((P, N), nl.float32, name="hidden_ss")          # each partition's sums
     for i in range(len(chunks)):
         n0, nc = chunks[i]
         sq = nl.ndarray((P, nc, KT), nl.float32, name="hidden_sq")
         nisa.tensor_tensor(sq, x[:, n0:n0 + nc], x[:, n0:n0 + nc], op=nl.multiply)
-        nisa.tensor_reduce(partial[:, n0:n0 + nc], op=nl.add, data=sq, axis=2)
+        nisa.tensor_reduce(own[:, n0:n0 + nc], op=nl.add, data=sq, axis=2)
     ss = nl.ndarray((P, N), nl.float32, buffer=nl.psum, name="hidden_ss_all")
-    nisa.nc_matmul(ss, ones, partial)
+    nisa.nc_matmul(ss, ones, own)
     eps = nl.ndarray((P, 1), nl.float32, name="input_norm_eps")
     nisa.memset(eps, RMSNORM_EPS, engine=nisa.engine.gpsimd)
     rstd = nl.ndarray((P, N), nl.float32, name="hidden_rstd")
