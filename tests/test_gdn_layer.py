@@ -27,6 +27,7 @@ from tests.gdn_testing import shape_id
 
 NEXT_TP4 = model_shard("Qwen3-Next-80B", 4)
 QWEN35_27B_TP8 = model_shard("Qwen3.5-27B", 8)        # H = 5120: out_proj's sums in column groups
+SHARED_KEY_HEAD = model_shard("Qwen3.5-397B-A17B", 16)     # nk 1: two core barriers on two cores
 TINY = GDNShape(B=1, H=256, nk=2, nv=6, dk=16, dv=32, name="tiny G3")
 
 
@@ -97,6 +98,18 @@ def test_hidden_5120_verify_step(lnc):
     """Qwen3.5-27B TP8 (H = 5120: out_proj's sums take ten fp32 banks, more than PSUM has) with
     two tokens per sequence, each draft's checkpoint kept in a slot of its own."""
     run_layer(QWEN35_27B_TP8, 2, [0, 2], [[3, 0], [1, 2]], N=4, lnc=lnc)
+
+
+def test_shared_key_head_on_two_cores():
+    """Both programs read the one key head's window (the conv's core barrier), then add their
+    out_proj sums (out_proj's): two barriers, each program the same count."""
+    run_layer(SHARED_KEY_HEAD, 1, [1, 0], [[1], [0]], N=2, lnc=2)
+
+
+@pytest.mark.parametrize("lnc", (1, 2))
+def test_verify_step_keeps_the_chosen_checkpoints(lnc):
+    """T = 4 on the tiny shape: one sequence keeps drafts 1 and 3, the other only its last."""
+    run_layer(TINY, 4, [0, 5], [[-1, 2, -1, 3], [-1, -1, -1, 5]], N=6, lnc=lnc)
 
 
 def test_two_cores_add_up_to_one():
