@@ -1,6 +1,6 @@
 """Sweep the GDN decode kernels over real per-device configurations and batch sizes.
 
-    python -m benchmarks.sweep                      # the full sweep (a few minutes on 2 cores)
+    python -m benchmarks.sweep                      # the full sweep (about 12 minutes on 2 cores)
     python -m benchmarks.sweep --quick              # one small shard, B = 1 and 8, T = 1 and 2
     python -m benchmarks.sweep --stages in_proj,gated_delta_rule --configs Qwen3-Next-80B-TP4 --batches 1,64
     python -m benchmarks.sweep --stages 7_ready_first,verify --configs Qwen3-Next-80B-TP4 --batches 1 --tokens 1,2,4,8
