@@ -120,20 +120,27 @@ def test_two_cores_add_up_to_one():
     np.testing.assert_allclose(two, one, rtol=1e-5, atol=1e-5)
 
 
+# The layer's targets over its own roofline, (best, likely), by cores.
+TARGETS = {1: (1.15, 1.6), 2: (1.6, 2.2)}
+
+
+@pytest.mark.parametrize("cores", (1, 2))
 @pytest.mark.parametrize("shape", [NEXT_TP4, QWEN35_27B_TP8], ids=shape_id)
-def test_the_fusion_pays_and_stays_near_the_roofline(shape):
-    """Modeled, B = 1, one core: the layer's best time minus the pool form's at most 1.1x W_out's
-    bytes at the roofline rate plus 2 us (out_proj's weights stream behind the recurrence), and
-    within 1.15x (best) and 1.6x (likely) of the layer's own roofline."""
+def test_the_fusion_pays_and_stays_near_the_roofline(shape, cores):
+    """Modeled, B = 1: within TARGETS of the layer's own roofline on its cores, and on one core
+    the layer's best time minus the pool form's at most 1.1x W_out's bytes at the roofline rate
+    plus 2 us (out_proj's weights stream behind the recurrence)."""
     x = token_inputs(shape, 1, seed=3)
-    best = {}
+    prof = {}
     for name in ("pool", "layer"):
-        e = BY_NAME[name]
-        prof = profile_capture(nkicpu.capture(e.load_kernel())(*e.arguments(shape, x)))
-        best[name] = prof.best_us
-    roof = layer_roofline_us(shape)
-    assert best["layer"] - best["pool"] <= 1.1 * costs.roofline_us(shape.value_dim * shape.H * 2) + 2
-    assert best["layer"] <= 1.15 * roof and prof.total_us <= 1.6 * roof
+        e = BY_NAME[name if cores == 1 else name + "_lnc2"]
+        prof[name] = profile_capture(nkicpu.capture(e.load_kernel())(*e.arguments(shape, x)))
+    roof = layer_roofline_us(shape, cores)
+    best, likely = TARGETS[cores]
+    assert prof["layer"].best_us <= best * roof and prof["layer"].total_us <= likely * roof
+    if cores == 1:
+        fusion = prof["layer"].best_us - prof["pool"].best_us
+        assert fusion <= 1.1 * costs.roofline_us(shape.value_dim * shape.H * 2) + 2
 
 
 LAYER_BAD = [
