@@ -10,6 +10,7 @@ import kernels  # noqa: F401  registers `nki`
 import nki
 from kernels.accuracy import EXACT, OUTPUT, STATE, assert_close, cosine, f64  # noqa: F401 (re-exported)
 from kernels.configs import TEST_SHARDS, GDNShape
+from kernels.reference import token_inputs
 from kernels.registry import STEPS
 
 TINY_SHAPES = [
@@ -73,3 +74,24 @@ def hbm_runs(ins):
     idx = hbm.indices().reshape(sbuf.partitions, -1)
     contiguous = bool((np.diff(idx, axis=1) == 1).all())
     return sbuf.partitions, idx.shape[1] * hbm.itemsize, contiguous
+
+
+def pool_case(shape, T, N, read, write, seed=0):
+    """Inputs of a pool launch: token_inputs' for B = len(read) sequences, the live rows' windows
+    and states placed at their read slots of random pools of N slots; a padding row's hidden
+    NaN (its output must still be exactly 0)."""
+    read, write = np.asarray(read, np.int32), np.asarray(write, np.int32).reshape(len(read), T)
+    x = token_inputs(shape.with_batch(len(read)), T, seed)
+    rng = np.random.default_rng([seed, N])
+    conv = x["conv_state"]
+    conv_pool = rng.standard_normal((N,) + conv.shape[1:], dtype=np.float32).astype(conv.dtype)
+    state = x["recurrent_state"]
+    state_pool = 0.1 * rng.standard_normal((N,) + state.shape[1:], dtype=np.float32)
+    for b in np.flatnonzero(read >= 0):
+        conv_pool[read[b]] = conv[b]
+        state_pool[read[b]] = state[b]
+    for b in np.flatnonzero(read < 0):
+        x["hidden"][b] = np.nan
+    args = dict(x)
+    args["conv_state"], args["recurrent_state"] = conv_pool, state_pool
+    return x, args, read, write

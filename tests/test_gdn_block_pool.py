@@ -15,8 +15,7 @@ import nkicpu
 from nkicpu.profile import capture_slots, profile_capture
 from kernels import check_pool_indices, gdn_block_tkg_pool, gdn_block_tkg_verify
 from kernels.configs import GDNShape, model_shard
-from kernels.reference import token_inputs
-from tests.gdn_testing import shape_id
+from tests.gdn_testing import pool_case, shape_id
 
 NEXT_TP4 = model_shard("Qwen3-Next-80B", 4)
 SHARED_KEY_HEAD = model_shard("Qwen3.5-397B-A17B", 16)     # nk 1, nv 4: both programs read it
@@ -30,27 +29,6 @@ def launch(kernel, lnc):
 def same_bits(a, b):
     return np.array_equal(np.ascontiguousarray(a).view(np.uint8),
                           np.ascontiguousarray(b).view(np.uint8))
-
-
-def pool_case(shape, T, N, read, write, seed=0):
-    """Inputs of a pool launch: token_inputs' for B = len(read) sequences, the live rows' windows
-    and states placed at their read slots of random pools of N slots; a padding row's hidden
-    NaN (its output must still be exactly 0)."""
-    read, write = np.asarray(read, np.int32), np.asarray(write, np.int32).reshape(len(read), T)
-    x = token_inputs(shape.with_batch(len(read)), T, seed)
-    rng = np.random.default_rng([seed, N])
-    conv = x["conv_state"]
-    conv_pool = rng.standard_normal((N,) + conv.shape[1:], dtype=np.float32).astype(conv.dtype)
-    state = x["recurrent_state"]
-    state_pool = 0.1 * rng.standard_normal((N,) + state.shape[1:], dtype=np.float32)
-    for b in np.flatnonzero(read >= 0):
-        conv_pool[read[b]] = conv[b]
-        state_pool[read[b]] = state[b]
-    for b in np.flatnonzero(read < 0):
-        x["hidden"][b] = np.nan
-    args = dict(x)
-    args["conv_state"], args["recurrent_state"] = conv_pool, state_pool
-    return x, args, read, write
 
 
 def run_pool(shape, T, N, read, write, lnc=1, seed=0):

@@ -20,10 +20,10 @@ from benchmarks.roofline import layer_roofline_us
 from kernels import check_pool_indices, gdn_layer_tkg
 from kernels.accuracy import CONV_STATE, OUTPUT, STATE, assert_close
 from kernels.configs import GDNShape, model_shard
-from kernels.pool_indices import layer_inputs, pool_inputs
+from kernels.pool_indices import layer_inputs
 from kernels.reference import gdn_layer_tkg_ref, to_numpy, to_torch, token_inputs
 from kernels.registry import BY_NAME, LAYER_ARGS
-from tests.gdn_testing import shape_id
+from tests.gdn_testing import pool_case, shape_id
 
 NEXT_TP4 = model_shard("Qwen3-Next-80B", 4)
 QWEN35_27B_TP8 = model_shard("Qwen3.5-27B", 8)        # H = 5120: out_proj's sums in column groups
@@ -41,22 +41,12 @@ def same_bits(a, b):
 
 
 def layer_case(shape, T, read, write, N, seed=0):
-    """The layer's arguments by name for B = len(read) sequences: token_inputs' with the layer's
-    weights, pools of N random slots with the live rows' windows and states at their read slots,
-    a padding row's hidden NaN."""
-    read, write = np.asarray(read, np.int32), np.asarray(write, np.int32).reshape(len(read), T)
-    x = layer_inputs(pool_inputs(token_inputs(shape.with_batch(len(read)), T, seed)))
-    rng = np.random.default_rng([seed, N])
-    conv, state = x["conv_state"], x["recurrent_state"]
-    conv_pool = rng.standard_normal((N,) + conv.shape[1:], dtype=np.float32).astype(conv.dtype)
-    state_pool = 0.1 * rng.standard_normal((N,) + state.shape[1:], dtype=np.float32)
-    for b in np.flatnonzero(read >= 0):
-        conv_pool[read[b]] = conv[b]
-        state_pool[read[b]] = state[b]
-    for b in np.flatnonzero(read < 0):
-        x["hidden"][b] = np.nan
-    x.update(conv_state_pool=conv_pool, recurrent_state_pool=state_pool, read_indices=read,
-             write_indices=write)
+    """The layer's arguments by name: the pool form's case (tests.gdn_testing.pool_case: a padding
+    row's hidden NaN) with the layer's two weights."""
+    _, args, read, write = pool_case(shape, T, N, read, write, seed)
+    x = layer_inputs(args)
+    x.update(conv_state_pool=args["conv_state"], recurrent_state_pool=args["recurrent_state"],
+             read_indices=read, write_indices=write)
     return {n: x[n] for n in LAYER_ARGS}
 
 
