@@ -14,7 +14,7 @@ import pytest
 import kernels
 from benchmarks import roofline, sweep
 from kernels.configs import (SWEEP_BATCHES, SWEEP_SHARDS, SWEEP_TOKEN_BATCHES, SWEEP_TOKENS,
-                             TEST_SHARDS, GDNShape, model_shard)
+                             TEST_SHARDS, GDNShape)
 from kernels.gdn_block_checks import MAX_TOKENS
 from kernels.registry import (BLOCK_ARGS, BY_NAME, ENTRIES, LAYER_ARGS, POOL_ARGS, POOL_OUTPUTS, STEPS,
                               VERIFY_OUTPUTS)
