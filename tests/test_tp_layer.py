@@ -171,10 +171,10 @@ def test_layer_reference_padding_row_is_zero():
     assert same(to_numpy(padded[:, :1]), to_numpy(alone))
 
 
-@pytest.mark.parametrize("tp", [2, 4])
+@pytest.mark.parametrize("tp", [1, 2, 4])
 @pytest.mark.parametrize("model", MODELS)
 def test_tp_harness_matches_transformers(model, tp):
-    """tp gloo rank processes run the kernel on their shards and pools for STEPS decode steps;
+    """tp gloo rank processes (one at tp = 1) run the kernel on their shards and pools for STEPS decode steps;
     the all-reduced attention output and the layer output match transformers' at every step."""
     report = run(tp=tp, model=model, steps=STEPS, batch=S.B, seed=0)
     assert len(report["attn_cosine"]) == len(report["layer_cosine"]) == STEPS
