@@ -26,7 +26,8 @@ accumulation order. Inputs are never modified; new states are returned.
 Helpers: `to_torch` / `to_numpy` convert between NumPy (bf16 as `ml_dtypes.bfloat16`) and torch
 without changing a bit, `make_inputs` draws realistic block inputs for a `GDNShape`,
 `token_inputs` the same with T tokens per sequence, and `pipeline_inputs` adds every stage's
-intermediates, computed by the reference.
+intermediates, computed by the reference; `pool_inputs` and `layer_inputs` add the serving forms'
+pools and indices and the layer's two weights.
 """
 import ml_dtypes
 import numpy as np
@@ -435,4 +436,35 @@ def pipeline_inputs(shape: GDNShape, seed=0):
     o, _ = gated_delta_rule_ref(q, k, v, a, b, t["A_log"], t["dt_bias"], t["recurrent_state"])
     x.update({name: to_numpy(value) for name, value in
               dict(mixed_qkv=mixed_qkv, z=z, a=a, b=b, conv_out=conv_out, q=q, k=k, v=v, o=o).items()})
+    return x
+
+
+def pool_inputs(inputs):
+    """The pool form's arguments for a step whose windows and states are inputs' (NumPy, by
+    kernels.registry.POOL_ARGS name): pools of N = B * T slots, sequence b reading slot b in place
+    and keeping token t's checkpoint at slot t * B + b (the sweep's rows; a pool's HBM bytes do not
+    depend on N)."""
+    B, T, _ = inputs["hidden"].shape
+    conv, state = inputs["conv_state"], inputs["recurrent_state"]
+    x = dict(inputs)
+    x["conv_state_pool"] = np.concatenate([conv] * T)
+    x["recurrent_state_pool"] = np.concatenate([state] * T)
+    x["read_indices"] = np.arange(B, dtype=np.int32)
+    x["write_indices"] = (np.arange(B, dtype=np.int32)[:, None]
+                          + B * np.arange(T, dtype=np.int32)[None, :]).astype(np.int32)
+    return x
+
+
+def layer_inputs(inputs):
+    """The layer form's two weights beside a step's inputs (NumPy, by kernels.registry.LAYER_ARGS
+    name), drawn as make_inputs draws the block's, from their own stream:
+    input_norm_weight ~ 0.1 N(0, 1) (zero-centred, as transformers stores it) and
+    W_out ~ N(0, 1 / value_dim), so that the partial sums are O(1)."""
+    H = inputs["hidden"].shape[2]
+    value_dim = inputs["W_in_z"].shape[1]
+    rng = np.random.default_rng([H, value_dim])
+    x = dict(inputs)
+    x["input_norm_weight"] = (0.1 * rng.standard_normal(H)).astype(np.float32)
+    x["W_out"] = (rng.standard_normal((value_dim, H), dtype=np.float32)
+                  / np.sqrt(max(value_dim, 1))).astype(inputs["W_in_z"].dtype)
     return x

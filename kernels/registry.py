@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 from .accuracy import CONV_STATE, EXACT, OUTPUT, STATE
 from .gdn_block_checks import MAX_TOKENS
-from .pool_indices import layer_inputs, pool_inputs
 
 # The fused kernel's arguments, in signature order.
 BLOCK_ARGS = ("hidden", "W_in_qkv", "W_in_z", "W_in_a", "W_in_b", "conv_weight", "conv_state",
@@ -75,7 +74,9 @@ class Entry:
 
     def arguments(self, shape, inputs):
         """The kernel's arguments for a `GDNShape` and its `pipeline_inputs(shape)` dict (the pool
-        form's pools and indices from its states: pool_indices.pool_inputs)."""
+        form's pools and indices from its states: reference.pool_inputs; the layer's weights:
+        reference.layer_inputs)."""
+        from .reference import layer_inputs, pool_inputs     # here: the registry loads no torch
         if "read_indices" in self.args and "read_indices" not in inputs:
             inputs = pool_inputs(inputs)
         if "W_out" in self.args and "W_out" not in inputs:

@@ -18,7 +18,7 @@ import nkicpu
 from kernels.configs import SWEEP_SHARDS, TEST_SHARDS, GDNShape, model_shard
 from kernels.block_plan import max_columns
 from kernels.gdn_block import gdn_block_tkg, gdn_block_tkg_pool, gdn_block_tkg_verify
-from kernels.pool_indices import pool_inputs
+from kernels.reference import pool_inputs
 from kernels.in_proj import MIN_SLICE_RUN_BYTES
 from kernels.steps.onchip import gdn_block_tkg_onchip
 from kernels.steps.queues import gdn_block_tkg_queues

@@ -20,8 +20,7 @@ from benchmarks.roofline import layer_roofline_us
 from kernels import check_pool_indices, gdn_layer_tkg
 from kernels.accuracy import CONV_STATE, OUTPUT, STATE, assert_close
 from kernels.configs import GDNShape, model_shard
-from kernels.pool_indices import layer_inputs
-from kernels.reference import gdn_layer_tkg_ref, to_numpy, to_torch, token_inputs
+from kernels.reference import gdn_layer_tkg_ref, layer_inputs, to_numpy, to_torch, token_inputs
 from kernels.registry import BY_NAME, LAYER_ARGS
 from tests.gdn_testing import pool_case, shape_id
 

@@ -11,7 +11,7 @@ import kernels  # noqa: F401  registers `nki`
 import nki
 from kernels import gdn_block
 from kernels.configs import SWEEP_BATCHES, SWEEP_SHARDS
-from kernels.pool_indices import pool_inputs
+from kernels.reference import pool_inputs
 from kernels.reference import make_inputs, token_inputs
 from kernels.registry import POOL_ARGS
 
