@@ -10,7 +10,6 @@ computes. What leaves the chip is this rank's partial sum of the output projecti
 all-reduce across tensor-parallel ranks and the residual add are the caller's.
 """
 import nki
-import nki.isa as nisa
 import nki.language as nl
 
 from .block_plan import activation_column_bytes
@@ -81,10 +80,7 @@ def gdn_layer_tkg(hidden, input_norm_weight, W_in_qkv, W_in_z, W_in_a, W_in_b, c
     op = OutProj(W_out, p.h0, p.nh, p.dv, p.N, out_weights_ahead(p))
     p.later_loads = op.ahead
     partial = nl.ndarray((p.B, p.T, p.H), nl.float32, buffer=nl.shared_hbm, name="partial")
-    w1 = load_norm_row(input_norm_weight)
-    ones = nl.ndarray((nl.tile_size.pmax, nl.tile_size.pmax), nl.float32, name="norm_ones")
-    nisa.memset(ones, 1.0, engine=nisa.engine.gpsimd)
-    x = input_rmsnorm(load_tokens(hidden), w1, ones)
+    x = input_rmsnorm(load_tokens(hidden), load_norm_row(input_norm_weight))
     y = block_phases(p, x, W_in_qkv, W_in_z, W_in_a, W_in_b, conv_weight, conv_state_pool, A_log,
                      dt_bias, norm_weight, recurrent_state_pool, conv_state_pool,
                      recurrent_state_pool)

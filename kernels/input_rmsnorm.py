@@ -9,13 +9,13 @@ leaves every partition the column's total, already broadcast for the products af
 
 Building blocks:
   load_norm_row(weight)                 input_norm_weight [H] @ HBM -> 1 + w as a [128, KT] tile
-  input_rmsnorm(hidden_T, w1, ones)     a new [128, KT, N] bf16 view: the normalised tokens
+  input_rmsnorm(hidden_T, w1)           a new [128, KT, N] bf16 view: the normalised tokens
 """
 import nki.isa as nisa
 import nki.language as nl
 
 from .checks import expect_shape
-from .rmsnorm_gated import RMSNORM_EPS
+from .rmsnorm_gated import _eps, _ones
 
 # SBUF per partition of each fp32 temporary (the squares, the scaled tokens): columns go in chunks
 # this size, so that a batch of 512 tokens at H = 5120 does not take 80 KiB twice.
@@ -34,7 +34,7 @@ def load_norm_row(weight):
     return w1
 
 
-def input_rmsnorm(hidden_T, w1, ones):
+def input_rmsnorm(hidden_T, w1):
     """RMSNorm of every token column of hidden_T, with transformers' semantics.
 
     Dimensions:
@@ -44,7 +44,6 @@ def input_rmsnorm(hidden_T, w1, ones):
         hidden_T (nl.ndarray): [128, KT, N] @ SBUF, bf16, in_proj.load_tokens' view:
             hidden_T[p, kt, n] = hidden[n, p * KT + kt].
         w1 (nl.ndarray): [128, KT] @ SBUF, fp32, 1 + input_norm_weight (load_norm_row).
-        ones (nl.ndarray): [128, 128] @ SBUF, fp32, all ones.
 
     Returns:
         A new [128, KT, N] bf16 view, laid out as hidden_T: the normalised tokens.
@@ -52,17 +51,18 @@ def input_rmsnorm(hidden_T, w1, ones):
     Notes:
         - fp32 throughout, one rounding to bf16 at the end, as transformers computes
           (hidden.float() * rsqrt(variance + eps)) * (1 + weight.float()), then .to(bf16).
-        - eps = RMSNORM_EPS (1e-6), every Qwen3.5 and Qwen3-Next config's rms_norm_eps.
+        - eps = rmsnorm_gated.RMSNORM_EPS (1e-6), every Qwen3.5 and Qwen3-Next config's
+          rms_norm_eps; the all-ones tile and eps as the gated norm builds them (GpSimd).
 
     Pseudocode:
         x = hidden_T.astype(float32)                          # [128, KT, N]
-        ss = ones.T @ x.square().sum(axis=1)                   # [128, N], on every partition
+        ss = ones((128, 128)).T @ x.square().sum(axis=1)       # [128, N], on every partition
         rstd = 1 / sqrt(ss / H + eps)
         out = (x * rstd[:, None, :] * w1[:, :, None]).astype(bf16)
     """
     P, KT, N = hidden_T.shape
     expect_shape(w1, "w1", (P, KT))
-    expect_shape(ones, "ones", (P, P))
+    ones = _ones(None, P)
     x = hidden_T.permute((0, 2, 1))                       # [128, N, KT]: contiguous tile order
     chunks = _column_chunks(N, KT)
     own = nl.ndarray((P, N), nl.float32, name="hidden_ss")          # each partition's sums
@@ -73,8 +73,7 @@ def input_rmsnorm(hidden_T, w1, ones):
         nisa.tensor_reduce(own[:, n0:n0 + nc], op=nl.add, data=sq, axis=2)
     ss = nl.ndarray((P, N), nl.float32, buffer=nl.psum, name="hidden_ss_all")
     nisa.nc_matmul(ss, ones, own)
-    eps = nl.ndarray((P, 1), nl.float32, name="input_norm_eps")
-    nisa.memset(eps, RMSNORM_EPS, engine=nisa.engine.gpsimd)
+    eps = _eps(P)
     rstd = nl.ndarray((P, N), nl.float32, name="hidden_rstd")
     nisa.activation(rstd, op=nl.rsqrt, data=ss, bias=eps, scale=1.0 / (P * KT))
     out = nl.ndarray((P, N, KT), nl.bfloat16, name="hidden_normed")
